@@ -1,0 +1,6 @@
+//! The tables the coordinator serves.
+
+pub mod tables;
+pub mod tpch;
+
+pub use tables::{TableFormat, TableSpec};

@@ -1,0 +1,137 @@
+//! Tables given on the command line: `NAME=PATH` or `NAME=PATH:FORMAT`.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use datafusion::common::Result;
+use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableFormat {
+    Parquet,
+    Csv,
+}
+
+/// One `--table` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    pub name: String,
+    pub path: PathBuf,
+    pub format: TableFormat,
+}
+
+impl FromStr for TableSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, rest) = s
+            .split_once('=')
+            .ok_or_else(|| format!("expected NAME=PATH[:FORMAT], got {s:?}"))?;
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("table name {name:?} must be letters, digits or _"));
+        }
+        let (path, format) = match rest.rsplit_once(':') {
+            Some((path, f)) if parse_format(f).is_some() => (path, parse_format(f)),
+            _ => (rest, None),
+        };
+        let path = PathBuf::from(path);
+        let format = match format {
+            Some(f) => f,
+            None => format_from_path(&path)?,
+        };
+        Ok(Self {
+            name: name.to_string(),
+            path,
+            format,
+        })
+    }
+}
+
+fn parse_format(s: &str) -> Option<TableFormat> {
+    match s.to_ascii_lowercase().as_str() {
+        "parquet" => Some(TableFormat::Parquet),
+        "csv" => Some(TableFormat::Csv),
+        _ => None,
+    }
+}
+
+/// The format of a file from its extension, or of a directory from the
+/// first data file in it.
+fn format_from_path(path: &Path) -> Result<TableFormat, String> {
+    let from_ext = |p: &Path| {
+        p.extension()
+            .and_then(|e| e.to_str())
+            .and_then(parse_format)
+    };
+    if let Some(f) = from_ext(path) {
+        return Ok(f);
+    }
+    if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        names.sort();
+        if let Some(f) = names.iter().find_map(|p| from_ext(p)) {
+            return Ok(f);
+        }
+    }
+    Err(format!(
+        "cannot tell the format of {}: add :parquet or :csv",
+        path.display()
+    ))
+}
+
+impl TableSpec {
+    /// Registers the table; workers read the same path.
+    pub async fn register(&self, ctx: &SessionContext) -> Result<()> {
+        let path = std::path::absolute(&self.path)?;
+        let mut path = path.to_string_lossy().to_string();
+        if self.path.is_dir() && !path.ends_with('/') {
+            // DataFusion treats a trailing slash as "every file in here".
+            path.push('/');
+        }
+        match self.format {
+            TableFormat::Parquet => {
+                ctx.register_parquet(&self.name, &path, ParquetReadOptions::default())
+                    .await
+            }
+            TableFormat::Csv => {
+                let options = CsvReadOptions::new().has_header(true);
+                ctx.register_csv(&self.name, &path, options).await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_name_path_and_format() {
+        let t: TableSpec = "t=/data/x.parquet".parse().unwrap();
+        assert_eq!(t.name, "t");
+        assert_eq!(t.path, PathBuf::from("/data/x.parquet"));
+        assert_eq!(t.format, TableFormat::Parquet);
+        let t: TableSpec = "t=/data/x.txt:csv".parse().unwrap();
+        assert_eq!(t.format, TableFormat::Csv);
+        assert_eq!(t.path, PathBuf::from("/data/x.txt"));
+        let t: TableSpec = "t=/data/x.CSV".parse().unwrap();
+        assert_eq!(t.format, TableFormat::Csv);
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        assert!("no-equals".parse::<TableSpec>().is_err());
+        assert!("bad name=/x.parquet".parse::<TableSpec>().is_err());
+        assert!("t=/nowhere/x.unknown".parse::<TableSpec>().is_err());
+    }
+
+    #[test]
+    fn directory_format_comes_from_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("part-0.csv"), "a\n1\n").unwrap();
+        let spec: TableSpec = format!("t={}", dir.path().display()).parse().unwrap();
+        assert_eq!(spec.format, TableFormat::Csv);
+    }
+}

@@ -1,0 +1,77 @@
+//! TPC-H sample data, generated with `tpchgen` into Parquet files.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatchReader;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use tpchgen::generators::{
+    CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator,
+    PartSuppGenerator, RegionGenerator, SupplierGenerator,
+};
+use tpchgen_arrow::{
+    CustomerArrow, LineItemArrow, NationArrow, OrderArrow, PartArrow, PartSuppArrow, RegionArrow,
+    SupplierArrow,
+};
+
+use super::tables::{TableFormat, TableSpec};
+
+pub const TABLES: [&str; 8] = [
+    "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
+];
+
+/// Writes the 8 TPC-H tables at `scale` into `dir/<table>.parquet`, keeping
+/// files that already exist (the data for a scale is deterministic). Returns
+/// the table specs to register.
+pub fn generate(dir: &Path, scale: f64) -> anyhow::Result<Vec<TableSpec>> {
+    std::fs::create_dir_all(dir)?;
+    TABLES
+        .iter()
+        .map(|table| {
+            let path = dir.join(format!("{table}.parquet"));
+            if !path.exists() {
+                write_table(table, scale, &path)?;
+            }
+            Ok(TableSpec {
+                name: table.to_string(),
+                path,
+                format: TableFormat::Parquet,
+            })
+        })
+        .collect()
+}
+
+fn batches(table: &str, scale: f64) -> Box<dyn RecordBatchReader> {
+    match table {
+        "customer" => Box::new(CustomerArrow::new(CustomerGenerator::new(scale, 1, 1))),
+        "lineitem" => Box::new(LineItemArrow::new(LineItemGenerator::new(scale, 1, 1))),
+        "nation" => Box::new(NationArrow::new(NationGenerator::new(scale, 1, 1))),
+        "orders" => Box::new(OrderArrow::new(OrderGenerator::new(scale, 1, 1))),
+        "part" => Box::new(PartArrow::new(PartGenerator::new(scale, 1, 1))),
+        "partsupp" => Box::new(PartSuppArrow::new(PartSuppGenerator::new(scale, 1, 1))),
+        "region" => Box::new(RegionArrow::new(RegionGenerator::new(scale, 1, 1))),
+        "supplier" => Box::new(SupplierArrow::new(SupplierGenerator::new(scale, 1, 1))),
+        other => unreachable!("not a TPC-H table: {other}"),
+    }
+}
+
+fn write_table(table: &str, scale: f64, path: &Path) -> anyhow::Result<()> {
+    let mut source = batches(table, scale);
+    let schema: SchemaRef = source.schema();
+    // Written aside and renamed, so an interrupted run never leaves a
+    // truncated file that would be reused.
+    let partial = PathBuf::from(format!("{}.partial", path.display()));
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build();
+    let mut writer = ArrowWriter::try_new(File::create(&partial)?, schema, Some(props))?;
+    for batch in source.by_ref() {
+        writer.write(&batch?)?;
+    }
+    writer.close()?;
+    std::fs::rename(&partial, path)?;
+    Ok(())
+}

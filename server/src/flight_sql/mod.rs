@@ -1,0 +1,7 @@
+//! The client-facing Arrow Flight SQL service.
+
+pub mod errors;
+pub mod service;
+pub mod statements;
+
+pub use service::SquadronFlightSql;

@@ -1,0 +1,22 @@
+//! Squadron coordinator: serves Arrow Flight SQL to clients, plans each
+//! statement into stages, runs the stages' tasks on workers and streams the
+//! final stage back.
+//!
+//! - `flight_sql/`: the client-facing service, statement handles, errors
+//! - `planner/`: physical plan → job graph (stages)
+//! - `scheduler/`: task placement and dispatch (RunTask)
+//! - `output/`: the job output merging the final stage's streams
+//! - `cluster/`: where the workers are (`WorkerResolver`)
+//! - `catalog/`: tables from the command line, TPC-H sample data
+
+pub mod catalog;
+pub mod cluster;
+pub mod coordinator;
+pub mod flight_sql;
+pub mod output;
+pub mod planner;
+pub mod scheduler;
+mod server;
+
+pub use coordinator::Coordinator;
+pub use server::{start, RunningServer, ServerOptions};

@@ -1,0 +1,5 @@
+//! Streaming a job's result to the client.
+
+pub mod job_output;
+
+pub use job_output::{job_output, JobStream};

@@ -1,0 +1,175 @@
+//! Cutting a DataFusion physical plan into stages.
+//!
+//! The rule:
+//! - at every `RepartitionExec` (hash or round robin) the plan is shuffled:
+//!   the repartition and its input become a producer stage whose tasks
+//!   route rows to one channel per consumer partition, and the consumer reads
+//!   it through a `StageReadExec` in shuffle mode;
+//! - below every `CoalescePartitionsExec` / `SortPreservingMergeExec` the
+//!   input becomes a producer stage and the merge stays in the consumer,
+//!   reading each upstream task through a `StageReadExec` in merge mode;
+//! - a merge-mode input is broadcast: each consumer task gets every upstream
+//!   task's whole output on its own channel. That is what the build side of a
+//!   CollectLeft hash join (and nested-loop / cross joins) needs when the
+//!   join stage runs as several tasks, and is one channel when it runs as one.
+//!
+//! With these cuts no stage holds an operator that reads all partitions of
+//! its input except above a merge-mode read, so running each output
+//! partition as an independent task computes exactly the single-node answer.
+
+use std::sync::Arc;
+
+use datafusion::common::{DataFusionError, Result};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
+use squadron_proto::v1::ReadMode;
+use squadron_worker::plan::StageReadExec;
+
+use super::job_graph::{JobGraph, Stage, StageOutput};
+
+/// Cuts `plan` into a job graph.
+pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
+    // The job output merges the final tasks' streams itself, so a top-level
+    // coalesce without a limit would only add a hop.
+    let plan = match plan.downcast_ref::<CoalescePartitionsExec>() {
+        Some(coalesce) if coalesce.fetch().is_none() => Arc::clone(coalesce.input()),
+        _ => plan,
+    };
+    let mut cutter = Cutter { stages: vec![] };
+    let root = cutter.cut(plan)?;
+    let tasks = root.output_partitioning().partition_count();
+    let final_id = cutter.stages.len();
+    cutter.stages.push(Stage {
+        id: final_id,
+        inputs: read_stages(&root),
+        plan: root,
+        tasks,
+        output: StageOutput::JobOutput,
+    });
+    let mut stages = cutter.stages;
+    // A merge-mode input is broadcast to every task of its consumer.
+    for consumer in 0..stages.len() {
+        let consumer_tasks = stages[consumer].tasks;
+        for input in stages[consumer].inputs.clone() {
+            if let StageOutput::Broadcast { channels } = &mut stages[input].output {
+                *channels = consumer_tasks;
+            }
+        }
+    }
+    Ok(JobGraph { stages })
+}
+
+struct Cutter {
+    stages: Vec<Stage>,
+}
+
+impl Cutter {
+    fn cut(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let children = plan.children();
+        let mut new_children = Vec::with_capacity(children.len());
+        let mut changed = false;
+        for child in children {
+            let new_child = self.cut(Arc::clone(child))?;
+            changed |= !Arc::ptr_eq(child, &new_child);
+            new_children.push(new_child);
+        }
+        #[allow(deprecated)] // replace_children needs options we have no use for
+        let plan = if changed {
+            plan.with_new_children(new_children)?
+        } else {
+            plan
+        };
+
+        if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
+            return self.cut_shuffle(&plan, repartition);
+        }
+        if plan.is::<CoalescePartitionsExec>() || plan.is::<SortPreservingMergeExec>() {
+            return self.cut_merge(plan);
+        }
+        Ok(plan)
+    }
+
+    /// The repartition and its input become a producer stage.
+    fn cut_shuffle(
+        &mut self,
+        plan: &Arc<dyn ExecutionPlan>,
+        repartition: &RepartitionExec,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if repartition.preserve_order() {
+            return Err(DataFusionError::NotImplemented(
+                "distributing an order-preserving repartition".into(),
+            ));
+        }
+        let channels = match repartition.partitioning() {
+            Partitioning::Hash(_, n) | Partitioning::RoundRobinBatch(n) => *n,
+            other => {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "distributing partitioning {other}"
+                )))
+            }
+        };
+        let tasks = repartition.input().output_partitioning().partition_count();
+        let id = self.push_stage(
+            Arc::clone(plan),
+            tasks,
+            StageOutput::Repartition { channels },
+        );
+        Ok(Arc::new(StageReadExec::new(
+            id as u32,
+            ReadMode::Shuffle,
+            channels,
+            plan.schema(),
+        )))
+    }
+
+    /// The merge's input becomes a producer stage; the merge stays here.
+    fn cut_merge(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = Arc::clone(plan.children()[0]);
+        let tasks = input.output_partitioning().partition_count();
+        let schema = input.schema();
+        let id = self.push_stage(input, tasks, StageOutput::Broadcast { channels: 1 });
+        let read = Arc::new(StageReadExec::new(
+            id as u32,
+            ReadMode::Merge,
+            tasks,
+            schema,
+        ));
+        #[allow(deprecated)]
+        plan.with_new_children(vec![read])
+    }
+
+    fn push_stage(
+        &mut self,
+        plan: Arc<dyn ExecutionPlan>,
+        tasks: usize,
+        output: StageOutput,
+    ) -> usize {
+        let id = self.stages.len();
+        self.stages.push(Stage {
+            id,
+            inputs: read_stages(&plan),
+            plan,
+            tasks,
+            output,
+        });
+        id
+    }
+}
+
+/// The stages a fragment reads from, in plan order.
+fn read_stages(plan: &Arc<dyn ExecutionPlan>) -> Vec<usize> {
+    let mut out = vec![];
+    collect_reads(plan, &mut out);
+    out
+}
+
+fn collect_reads(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<usize>) {
+    if let Some(read) = plan.downcast_ref::<StageReadExec>() {
+        out.push(read.stage_id() as usize);
+    }
+    for child in plan.children() {
+        collect_reads(child, out);
+    }
+}

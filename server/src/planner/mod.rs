@@ -1,0 +1,7 @@
+//! From a physical plan to a job graph of stages.
+
+pub mod cut;
+pub mod job_graph;
+
+pub use cut::build_job_graph;
+pub use job_graph::{JobGraph, Stage, StageOutput};

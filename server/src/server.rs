@@ -1,0 +1,124 @@
+//! Starting a coordinator: workers, tables, session, Flight SQL listener.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use squadron_worker::client::MAX_MESSAGE_BYTES;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::catalog::TableSpec;
+use crate::cluster::{normalize_url, StaticResolver};
+use crate::flight_sql::SquadronFlightSql;
+use crate::Coordinator;
+
+/// How to start a coordinator.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub listen: SocketAddr,
+    /// Remote workers; when empty, `local_workers` are started in-process.
+    pub workers: Vec<String>,
+    pub local_workers: usize,
+    pub tables: Vec<TableSpec>,
+    /// Partitions (tasks) per stage; default twice the number of workers.
+    pub partitions: Option<usize>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:50051".parse().expect("valid address"),
+            workers: vec![],
+            local_workers: 2,
+            tables: vec![],
+            partitions: None,
+        }
+    }
+}
+
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub workers: Vec<String>,
+    pub coordinator: Arc<Coordinator>,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl RunningServer {
+    /// The Flight SQL URI clients connect to.
+    pub fn uri(&self) -> String {
+        format!("grpc://{}", self.addr)
+    }
+
+    /// Serves until the process is interrupted.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.handle.await??;
+        Ok(())
+    }
+
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.handle.await??;
+        Ok(())
+    }
+}
+
+/// Starts the coordinator (and its embedded workers when no remote ones
+/// are given) and returns once it accepts connections.
+pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
+    let workers = if options.workers.is_empty() {
+        if options.local_workers == 0 {
+            anyhow::bail!("no workers: give --workers or --local-workers of at least 1");
+        }
+        let mut urls = vec![];
+        for _ in 0..options.local_workers {
+            // Same gRPC and Flight paths as a remote worker, on loopback.
+            urls.push(squadron_worker::spawn_worker("127.0.0.1:0".parse()?).await?);
+        }
+        urls
+    } else {
+        options.workers.iter().map(|w| normalize_url(w)).collect()
+    };
+    let partitions = options.partitions.unwrap_or(2 * workers.len()).max(1);
+    let config = SessionConfig::new()
+        .with_target_partitions(partitions)
+        .with_information_schema(true);
+    let ctx = SessionContext::new_with_config(config);
+    for table in &options.tables {
+        table
+            .register(&ctx)
+            .await
+            .map_err(|e| anyhow::anyhow!("table {}: {e}", table.name))?;
+    }
+    let coordinator = Arc::new(Coordinator::new(
+        ctx,
+        Arc::new(StaticResolver::new(workers.clone())),
+    ));
+    let listener = TcpListener::bind(options.listen).await?;
+    let addr = listener.local_addr()?;
+    let service = FlightServiceServer::new(SquadronFlightSql::new(coordinator.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = rx.await;
+            }),
+    );
+    Ok(RunningServer {
+        addr,
+        workers,
+        coordinator,
+        shutdown: Some(tx),
+        handle,
+    })
+}

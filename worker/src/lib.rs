@@ -1,0 +1,18 @@
+//! Squadron worker: runs the tasks the coordinator sends and serves their
+//! output streams to peers and to the coordinator.
+//!
+//! - `service/`: the gRPC surface (control: RunTask/StopTask/CleanUpJob;
+//!   Flight: DoGet of task streams)
+//! - `task/`: preparing, running and stopping tasks
+//! - `stream/`: output channels with bounded buffers, and batch routing
+//! - `plan/`: `StageReadExec` and the datafusion-proto extension codec
+//! - `client`: cached channels to peers
+
+pub mod client;
+pub mod plan;
+pub mod server;
+pub mod service;
+pub mod stream;
+pub mod task;
+
+pub use server::{spawn_worker, Worker};

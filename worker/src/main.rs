@@ -1,0 +1,36 @@
+//! `squadron-worker`: one Squadron worker process.
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+
+/// A Squadron worker: runs query tasks sent by a coordinator and serves their
+/// output streams over Arrow Flight.
+#[derive(Parser, Debug)]
+#[command(name = "squadron-worker", version)]
+struct Args {
+    /// Address to listen on (gRPC control service and Flight streams).
+    #[arg(long, default_value = "127.0.0.1:50061")]
+    listen: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let listener = TcpListener::bind(args.listen).await?;
+    let addr = listener.local_addr()?;
+    // Tools that start workers read this line for the bound port.
+    println!("squadron-worker listening on http://{addr}");
+    squadron_worker::Worker::default()
+        .serve(listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+}

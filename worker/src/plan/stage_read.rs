@@ -1,0 +1,205 @@
+//! `StageReadExec`: where a stage reads the output of an upstream stage.
+//!
+//! The coordinator puts an unbound `StageReadExec` wherever it cut the plan.
+//! On the worker, the task runner binds it to the upstream task locations of
+//! this task attempt; executing a partition then fetches the matching task
+//! output streams from peers over Flight `DoGet`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{exec_err, internal_err, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use squadron_proto::v1::ReadMode;
+use squadron_proto::StreamKey;
+
+use crate::client::{fetch_stream, PeerClients};
+
+/// The upstream task locations one task attempt reads from.
+#[derive(Debug, Clone)]
+pub struct StageBinding {
+    pub job_id: String,
+    /// The partition of the consuming task: the channel it reads in MERGE mode.
+    pub consumer_partition: u32,
+    /// Indexed by upstream partition: (peer URL, attempt).
+    pub upstream: Vec<(String, u32)>,
+    pub clients: PeerClients,
+}
+
+#[derive(Debug)]
+pub struct StageReadExec {
+    stage_id: u32,
+    mode: ReadMode,
+    partitions: usize,
+    properties: Arc<PlanProperties>,
+    binding: Option<StageBinding>,
+}
+
+impl StageReadExec {
+    pub fn new(stage_id: u32, mode: ReadMode, partitions: usize, schema: SchemaRef) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Self {
+            stage_id,
+            mode,
+            partitions,
+            properties: Arc::new(properties),
+            binding: None,
+        }
+    }
+
+    pub fn stage_id(&self) -> u32 {
+        self.stage_id
+    }
+
+    pub fn mode(&self) -> ReadMode {
+        self.mode
+    }
+
+    pub fn partitions(&self) -> usize {
+        self.partitions
+    }
+
+    /// A copy of this placeholder that reads from the given upstream tasks.
+    pub fn bind(&self, binding: StageBinding) -> Result<Self> {
+        let expected = match self.mode {
+            ReadMode::Merge => self.partitions,
+            _ => binding.upstream.len(),
+        };
+        if binding.upstream.len() != expected || binding.upstream.is_empty() {
+            return internal_err!(
+                "stage {} input has {} upstream tasks, expected {expected}",
+                self.stage_id,
+                binding.upstream.len()
+            );
+        }
+        Ok(Self {
+            stage_id: self.stage_id,
+            mode: self.mode,
+            partitions: self.partitions,
+            properties: Arc::clone(&self.properties),
+            binding: Some(binding),
+        })
+    }
+
+    /// The upstream streams that make up one output partition.
+    fn streams_for(&self, binding: &StageBinding, partition: usize) -> Vec<(String, StreamKey)> {
+        let key = |upstream: usize, attempt: u32, channel: u32| StreamKey {
+            job_id: binding.job_id.clone(),
+            stage_id: self.stage_id,
+            partition: upstream as u32,
+            attempt,
+            channel,
+        };
+        match self.mode {
+            ReadMode::Merge => {
+                let (url, attempt) = &binding.upstream[partition];
+                vec![(
+                    url.clone(),
+                    key(partition, *attempt, binding.consumer_partition),
+                )]
+            }
+            _ => binding
+                .upstream
+                .iter()
+                .enumerate()
+                .map(|(p, (url, attempt))| (url.clone(), key(p, *attempt, partition as u32)))
+                .collect(),
+        }
+    }
+}
+
+impl DisplayAs for StageReadExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let mode = match self.mode {
+            ReadMode::Merge => "merge",
+            _ => "shuffle",
+        };
+        write!(
+            f,
+            "StageReadExec: stage={}, mode={mode}, partitions={}",
+            self.stage_id, self.partitions
+        )
+    }
+}
+
+impl ExecutionPlan for StageReadExec {
+    fn name(&self) -> &str {
+        "StageReadExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let Some(binding) = &self.binding else {
+            return exec_err!("StageReadExec for stage {} is not bound", self.stage_id);
+        };
+        if partition >= self.partitions {
+            return exec_err!(
+                "StageReadExec for stage {} has no partition {partition}",
+                self.stage_id
+            );
+        }
+        let fetches = self
+            .streams_for(binding, partition)
+            .into_iter()
+            .map(|(url, key)| fetch_stream(binding.clients.clone(), url, key).boxed());
+        // Read all upstream streams at once: a producer blocked on one
+        // consumer's full buffer must never wait for a stream read later.
+        let merged = futures::stream::select_all(fetches);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            merged,
+        )))
+    }
+}

@@ -1,0 +1,96 @@
+//! The worker control service: RunTask, StopTask, CleanUpJob.
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use squadron_proto::v1::worker_service_server::WorkerService;
+use squadron_proto::v1::{
+    CleanUpJobRequest, CleanUpJobResponse, RunTaskRequest, StopTaskRequest, StopTaskResponse,
+    TaskState, TaskStatus,
+};
+use tonic::{Request, Response, Status};
+
+use crate::stream::StreamManager;
+use crate::task::runner::status;
+use crate::task::{AttemptKey, TaskRegistry, TaskRunner};
+
+pub struct WorkerControl {
+    runner: TaskRunner,
+    streams: StreamManager,
+    tasks: TaskRegistry,
+}
+
+impl WorkerControl {
+    pub fn new(runner: TaskRunner, streams: StreamManager, tasks: TaskRegistry) -> Self {
+        Self {
+            runner,
+            streams,
+            tasks,
+        }
+    }
+}
+
+type StatusStream = Pin<Box<dyn Stream<Item = Result<TaskStatus, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl WorkerService for WorkerControl {
+    type RunTaskStream = StatusStream;
+
+    async fn run_task(
+        &self,
+        request: Request<RunTaskRequest>,
+    ) -> Result<Response<Self::RunTaskStream>, Status> {
+        let prepared = self.runner.prepare(request.into_inner())?;
+        let key = prepared.key().clone();
+        let accepted = status(&key, TaskState::Accepted);
+        let (done, guard) = self.runner.start(prepared);
+        let finished = async move {
+            // The sender is dropped without a status only if the task was aborted.
+            Ok(done
+                .await
+                .unwrap_or_else(|_| status(&key, TaskState::Cancelled)))
+        };
+        let stream = futures::stream::once(async move { Ok(accepted) })
+            .chain(futures::stream::once(finished))
+            // The guard lives as long as the stream: the coordinator hanging
+            // up on RunTask stops the task.
+            .map(move |item| {
+                let _ = &guard;
+                item
+            });
+        Ok(Response::new(stream.boxed()))
+    }
+
+    async fn stop_task(
+        &self,
+        request: Request<StopTaskRequest>,
+    ) -> Result<Response<StopTaskResponse>, Status> {
+        let request = request.into_inner();
+        let key = request
+            .key
+            .ok_or_else(|| Status::invalid_argument("StopTask needs a task key"))?;
+        let found = self.tasks.stop(&AttemptKey {
+            job_id: key.job_id,
+            stage_id: key.stage_id,
+            partition: key.partition,
+            attempt: request.attempt,
+        });
+        Ok(Response::new(StopTaskResponse { found }))
+    }
+
+    async fn clean_up_job(
+        &self,
+        request: Request<CleanUpJobRequest>,
+    ) -> Result<Response<CleanUpJobResponse>, Status> {
+        let job_id = request.into_inner().job_id;
+        if job_id.is_empty() {
+            return Err(Status::invalid_argument("CleanUpJob needs a job id"));
+        }
+        let tasks_stopped = self.tasks.stop_job(&job_id) as u32;
+        let streams_dropped = self.streams.drop_job(&job_id) as u32;
+        Ok(Response::new(CleanUpJobResponse {
+            tasks_stopped,
+            streams_dropped,
+        }))
+    }
+}

@@ -1,0 +1,103 @@
+//! Routes a task's output batches to its output channels.
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::physical_plan::metrics;
+use datafusion::physical_plan::repartition::BatchPartitioner;
+use datafusion::physical_plan::{Partitioning, SendableRecordBatchStream};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::manager::BatchResult;
+
+/// How batches are assigned to channels.
+pub enum Router {
+    /// One channel gets every batch.
+    Single,
+    /// Every channel gets every batch.
+    Broadcast,
+    /// Rows are split by the partitioning of the RepartitionExec the planner
+    /// cut at (hash or round robin).
+    Repartition(Box<BatchPartitioner>),
+}
+
+impl Router {
+    pub fn repartition(
+        partitioning: Partitioning,
+        input_partition: usize,
+        input_partitions: usize,
+    ) -> Result<Self> {
+        let partitioner = BatchPartitioner::try_new(
+            partitioning,
+            metrics::Time::new(),
+            input_partition,
+            input_partitions,
+        )?;
+        Ok(Self::Repartition(Box::new(partitioner)))
+    }
+}
+
+/// Writes a task's output to its channels and returns the rows written.
+///
+/// A channel whose consumer hung up (a satisfied LIMIT, a cancelled job) is
+/// skipped from then on; when no consumer is left the task stops early.
+/// An execution error is forwarded to every open channel, so consumers fail
+/// with the cause instead of waiting.
+pub async fn write_output(
+    mut input: SendableRecordBatchStream,
+    mut router: Router,
+    senders: Vec<mpsc::Sender<BatchResult>>,
+) -> Result<u64> {
+    let mut open: Vec<Option<mpsc::Sender<BatchResult>>> = senders.into_iter().map(Some).collect();
+    let mut rows = 0u64;
+    while let Some(next) = input.next().await {
+        let batch = match next {
+            Ok(batch) => batch,
+            Err(e) => {
+                let status = Status::internal(e.to_string());
+                for sender in open.iter().flatten() {
+                    let _ = sender.send(Err(status.clone())).await;
+                }
+                return Err(e);
+            }
+        };
+        rows += batch.num_rows() as u64;
+        for (channel, part) in route(&mut router, batch, open.len())? {
+            if part.num_rows() == 0 {
+                continue;
+            }
+            if let Some(sender) = &open[channel] {
+                if sender.send(Ok(part)).await.is_err() {
+                    open[channel] = None;
+                }
+            }
+        }
+        if open.iter().all(Option::is_none) {
+            break;
+        }
+    }
+    Ok(rows)
+}
+
+fn route(
+    router: &mut Router,
+    batch: RecordBatch,
+    channels: usize,
+) -> Result<Vec<(usize, RecordBatch)>> {
+    match router {
+        Router::Single => Ok(vec![(0, batch)]),
+        Router::Broadcast => Ok((0..channels).map(|c| (c, batch.clone())).collect()),
+        Router::Repartition(partitioner) => {
+            let parts = partitioner
+                .partition_iter(batch)?
+                .collect::<Result<Vec<_>>>()?;
+            if let Some((c, _)) = parts.iter().find(|(c, _)| *c >= channels) {
+                return Err(DataFusionError::Internal(format!(
+                    "partitioner chose channel {c} of {channels}"
+                )));
+            }
+            Ok(parts)
+        }
+    }
+}
