@@ -19,4 +19,4 @@ pub mod scheduler;
 mod server;
 
 pub use coordinator::Coordinator;
-pub use server::{start, RunningServer, ServerOptions};
+pub use server::{coordinator_session_config, start, RunningServer, ServerOptions};

@@ -69,6 +69,27 @@ impl RunningServer {
     }
 }
 
+/// The planning session: DataFusion's defaults, less what a plan split over
+/// processes cannot honour.
+pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
+    let mut config = SessionConfig::new()
+        .with_target_partitions(partitions)
+        .with_information_schema(true);
+    let optimizer = &mut config.options_mut().optimizer;
+    // Dynamic filters are filled in at run time by one operator (a join's
+    // build side, a TopK) for another; once the two run in different tasks
+    // the filter can never arrive.
+    optimizer.enable_dynamic_filter_pushdown = false;
+    optimizer.enable_join_dynamic_filter_pushdown = false;
+    optimizer.enable_topk_dynamic_filter_pushdown = false;
+    optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+    // A ScalarSubqueryExec feeds its subquery results to expressions in
+    // other operators, which a stage cut can separate from it; rewriting
+    // uncorrelated scalar subqueries to joins keeps every stage self-contained.
+    optimizer.enable_physical_uncorrelated_scalar_subquery = false;
+    config
+}
+
 /// Starts the coordinator (and its embedded workers when no remote ones
 /// are given) and returns once it accepts connections.
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
@@ -86,10 +107,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.workers.iter().map(|w| normalize_url(w)).collect()
     };
     let partitions = options.partitions.unwrap_or(2 * workers.len()).max(1);
-    let config = SessionConfig::new()
-        .with_target_partitions(partitions)
-        .with_information_schema(true);
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = SessionContext::new_with_config(coordinator_session_config(partitions));
     for table in &options.tables {
         table
             .register(&ctx)

@@ -13,6 +13,10 @@
 //!   CollectLeft hash join (and nested-loop / cross joins) needs when the
 //!   join stage runs as several tasks, and is one channel when it runs as one.
 //!
+//! Joins that emit build-side rows once probing ends (left, semi, anti,
+//! full with a collected build side) first get their probe side merged, so
+//! they run as one task: see `build_side`.
+//!
 //! With these cuts no stage holds an operator that reads all partitions of
 //! its input except above a merge-mode read, so running each output
 //! partition as an independent task computes exactly the single-node answer.
@@ -27,6 +31,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitio
 use squadron_proto::v1::ReadMode;
 use squadron_worker::plan::StageReadExec;
 
+use super::build_side::gather_probe_side;
 use super::job_graph::{JobGraph, Stage, StageOutput};
 
 /// Cuts `plan` into a job graph.
@@ -67,6 +72,7 @@ struct Cutter {
 
 impl Cutter {
     fn cut(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = gather_probe_side(plan)?;
         let children = plan.children();
         let mut new_children = Vec::with_capacity(children.len());
         let mut changed = false;

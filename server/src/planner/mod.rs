@@ -1,5 +1,6 @@
 //! From a physical plan to a job graph of stages.
 
+pub mod build_side;
 pub mod cut;
 pub mod job_graph;
 

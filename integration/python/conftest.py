@@ -1,0 +1,71 @@
+"""A Squadron cluster for the client tests: two worker processes and a
+coordinator serving TPC-H sample data, all on loopback ephemeral ports."""
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+BIN_DIR = pathlib.Path(os.environ.get("SQUADRON_BIN_DIR", TARGET / "debug"))
+SCALE = "0.01"
+
+
+class Process:
+    """A child process whose first stdout line ends with its URL."""
+
+    def __init__(self, args):
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{args[0]} exited with {self.proc.wait()}")
+        self.url = line.strip().rsplit(" ", 1)[-1]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("data")
+    workers = [
+        Process([str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0"])
+        for _ in range(2)
+    ]
+    server = Process(
+        [
+            str(BIN_DIR / "squadron-server"),
+            "--listen", "127.0.0.1:0",
+            "--workers", ",".join(w.url for w in workers),
+            "--demo", "--demo-scale", SCALE,
+            "--data-dir", str(data_dir),
+        ]
+    )
+    yield {
+        "uri": server.url,
+        "data": data_dir / f"tpch-sf{SCALE}",
+        "server": server,
+    }
+    server.stop()
+    for w in workers:
+        w.stop()
+
+
+@pytest.fixture(scope="session")
+def oracle(cluster):
+    """Single-node DataFusion over the files the cluster serves."""
+    import datafusion
+
+    ctx = datafusion.SessionContext()
+    for f in sorted(cluster["data"].glob("*.parquet")):
+        ctx.register_parquet(f.stem, str(f))
+    return ctx
+
+
+def tpch_query(n):
+    return (REPO / "testdata" / "tpch" / f"q{n}.sql").read_text()

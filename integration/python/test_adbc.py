@@ -1,0 +1,60 @@
+"""The ADBC Flight SQL driver against a distributed Squadron cluster."""
+
+import adbc_driver_flightsql.dbapi as flightsql
+import pytest
+
+from answers import assert_same, is_ordered
+from conftest import tpch_query
+
+
+@pytest.fixture(scope="module")
+def conn(cluster):
+    with flightsql.connect(cluster["uri"]) as conn:
+        yield conn
+
+
+@pytest.mark.parametrize("n", range(1, 23))
+def test_tpch_matches_single_node(conn, oracle, n):
+    sql = tpch_query(n)
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        actual = cur.fetch_arrow_table()
+    expected = oracle.sql(sql).to_arrow_table()
+    assert actual.column_names == expected.column_names
+    assert_same(actual, expected, is_ordered(sql))
+
+
+def test_result_schema_is_announced_before_rows(conn):
+    with conn.cursor() as cur:
+        cur.execute("SELECT n_name, n_nationkey FROM nation WHERE n_nationkey < 0")
+        table = cur.fetch_arrow_table()
+    assert table.num_rows == 0
+    assert table.column_names == ["n_name", "n_nationkey"]
+
+
+def test_bad_sql_is_invalid_argument_and_server_stays_up(conn):
+    with conn.cursor() as cur:
+        with pytest.raises(flightsql.ProgrammingError) as err:
+            cur.execute("SELEC nonsense")
+        assert "INVALID_ARGUMENT" in str(err.value)
+        cur.execute("SELECT count(*) AS n FROM region")
+        assert cur.fetch_arrow_table().column("n").to_pylist() == [5]
+
+
+def test_unknown_table_is_not_found(conn):
+    with conn.cursor() as cur:
+        with pytest.raises(flightsql.ProgrammingError) as err:
+            cur.execute("SELECT * FROM no_such_table")
+        assert "NOT_FOUND" in str(err.value)
+        assert "no_such_table" in str(err.value)
+        cur.execute("SELECT count(*) AS n FROM nation")
+        assert cur.fetch_arrow_table().column("n").to_pylist() == [25]
+
+
+def test_explain_shows_stages(conn):
+    with conn.cursor() as cur:
+        cur.execute("EXPLAIN " + tpch_query(3))
+        plans = dict(zip(*[c.to_pylist() for c in cur.fetch_arrow_table().columns]))
+    stages = plans["distributed_plan"]
+    assert stages.count("Stage ") >= 3, stages
+    assert "StageReadExec" in stages

@@ -1,0 +1,163 @@
+//! Test helpers: worker processes, a coordinator, a Flight SQL client and
+//! the single-node oracle.
+#![allow(dead_code)] // each test file uses a different part
+
+pub mod compare;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::prelude::SessionContext;
+use futures::TryStreamExt;
+use squadron_server::catalog::{tpch, TableSpec};
+use squadron_server::{start, RunningServer, ServerOptions};
+use tonic::transport::Channel;
+use tonic::Status;
+
+/// The `squadron-worker` binary next to this test's build, built on demand.
+pub fn worker_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test> → target/<profile>/squadron-worker
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("squadron-worker");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "squadron-worker", "--bin", "squadron-worker"])
+            .status()
+            .expect("running cargo build");
+        assert!(status.success(), "building squadron-worker failed");
+    }
+    bin
+}
+
+/// A worker process on an ephemeral loopback port, killed on drop.
+pub struct WorkerProcess {
+    pub url: String,
+    child: Child,
+}
+
+impl WorkerProcess {
+    pub fn spawn() -> Self {
+        let mut child = Command::new(worker_binary())
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting squadron-worker");
+        let stdout = child.stdout.take().expect("worker stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("reading the worker's address");
+        let url = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .filter(|u| u.starts_with("http://"))
+            .unwrap_or_else(|| panic!("unexpected worker banner {line:?}"))
+            .to_string();
+        Self { url, child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// TPC-H data at `scale` in a fresh temporary directory.
+pub fn tpch_data(scale: f64) -> (tempfile::TempDir, Vec<TableSpec>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tables = tpch::generate(dir.path(), scale).expect("generating TPC-H data");
+    (dir, tables)
+}
+
+/// A coordinator over the given workers (embedded ones when empty).
+pub async fn coordinator(workers: Vec<String>, tables: Vec<TableSpec>) -> RunningServer {
+    start(ServerOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        workers,
+        local_workers: 2,
+        tables,
+        partitions: Some(4),
+    })
+    .await
+    .expect("starting the coordinator")
+}
+
+pub async fn client(server: &RunningServer) -> FlightSqlServiceClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connecting to the coordinator");
+    FlightSqlServiceClient::new(channel)
+}
+
+/// Runs a statement through Flight SQL: GetFlightInfo, then DoGet of each
+/// endpoint.
+pub async fn query(
+    client: &mut FlightSqlServiceClient<Channel>,
+    sql: &str,
+) -> Result<Vec<RecordBatch>, Status> {
+    let info = client
+        .execute(sql.to_string(), None)
+        .await
+        .map_err(to_status)?;
+    let mut batches = vec![];
+    for endpoint in info.endpoint {
+        let ticket = endpoint.ticket.expect("endpoint ticket");
+        let stream = client.do_get(ticket).await.map_err(to_status)?;
+        let mut got: Vec<RecordBatch> = stream.try_collect().await.map_err(to_status)?;
+        batches.append(&mut got);
+    }
+    Ok(batches)
+}
+
+fn to_status(e: arrow_flight::error::FlightError) -> Status {
+    match e {
+        arrow_flight::error::FlightError::Tonic(s) => *s,
+        other => Status::unknown(other.to_string()),
+    }
+}
+
+/// Single-node DataFusion over the same tables: the oracle.
+pub async fn oracle_context(tables: &[TableSpec]) -> SessionContext {
+    let ctx = SessionContext::new();
+    for t in tables {
+        t.register(&ctx).await.expect("registering an oracle table");
+    }
+    ctx
+}
+
+pub async fn oracle(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
+    ctx.sql(sql)
+        .await
+        .expect("oracle planning")
+        .collect()
+        .await
+        .expect("oracle execution")
+}
+
+/// The TPC-H query texts in testdata, by number.
+pub fn tpch_query(n: usize) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/tpch")
+        .join(format!("q{n}.sql"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn shared<T>(t: T) -> Arc<T> {
+    Arc::new(t)
+}

@@ -1,0 +1,55 @@
+//! All 22 TPC-H queries, sent through Flight SQL to a coordinator with two
+//! worker processes, return the rows single-node DataFusion returns over the
+//! same files.
+
+mod support;
+
+use support::compare::{is_ordered, same_rows};
+use support::{
+    client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query, WorkerProcess,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_queries_match_single_node_datafusion() {
+    let (_dir, tables) = tpch_data(0.01);
+    let workers = [WorkerProcess::spawn(), WorkerProcess::spawn()];
+    let server = coordinator(
+        workers.iter().map(|w| w.url.clone()).collect(),
+        tables.clone(),
+    )
+    .await;
+    let oracle_ctx = oracle_context(&tables).await;
+    let mut client = client(&server).await;
+
+    let mut failures = vec![];
+    for n in 1..=22 {
+        let sql = tpch_query(n);
+        let expected = oracle(&oracle_ctx, &sql).await;
+        match query(&mut client, &sql).await {
+            Ok(actual) => {
+                if let Err(diff) = same_rows(&actual, &expected, is_ordered(&sql)) {
+                    failures.push(format!("q{n}: {diff}"));
+                }
+            }
+            Err(status) => failures.push(format!("q{n}: {status}")),
+        }
+    }
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+
+    // The work really was spread over both worker processes.
+    let jobs = server.coordinator.recent_jobs();
+    assert_eq!(jobs.len(), 22);
+    let all_workers: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
+    let spread = jobs.iter().filter(|j| j.workers_used().len() == 2).count();
+    assert!(spread > 0, "no query ran on both workers: {jobs:?}");
+    for job in &jobs {
+        assert!(job.stages > 1, "job {} ran as a single stage", job.job_id);
+        for w in job.workers_used() {
+            assert!(
+                all_workers.contains(&w),
+                "task placed on unknown worker {w}"
+            );
+        }
+    }
+    server.shutdown().await.unwrap();
+}
