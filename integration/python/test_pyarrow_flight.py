@@ -1,6 +1,7 @@
 """Raw pyarrow.flight speaking Flight SQL by hand: GetFlightInfo with a
 CommandStatementQuery, then DoGet of each endpoint."""
 
+import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
@@ -59,12 +60,19 @@ def test_ticket_is_redeemed_once(client):
     )
     ticket = info.endpoints[0].ticket
     assert client.do_get(ticket).read_all().column("one").to_pylist() == [1]
-    with pytest.raises(flight.FlightError):
+    # NOT_FOUND surfaces in pyarrow as ArrowKeyError.
+    with pytest.raises(KeyError, match="unknown statement handle"):
         client.do_get(ticket).read_all()
 
 
 def test_garbage_ticket_is_rejected(client):
-    with pytest.raises(flight.FlightError):
+    # INVALID_ARGUMENT surfaces in pyarrow as ArrowInvalid.
+    with pytest.raises(pa.ArrowInvalid):
         client.do_get(flight.Ticket(b"\x00garbage\xff")).read_all()
+    # A well-formed ticket for a statement that was never issued.
+    forged = _field(1, b"type.googleapis.com/arrow.flight.protocol.sql.TicketStatementQuery")
+    forged += _field(2, _field(1, b"00000000-0000-0000-0000-000000000000"))
+    with pytest.raises(KeyError, match="unknown statement handle"):
+        client.do_get(flight.Ticket(forged)).read_all()
     _, table = run(client, "SELECT 2 AS two")
     assert table.column("two").to_pylist() == [2]

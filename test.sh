@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every Squadron test on a fresh machine: builds once (debug), runs the
+# Rust unit and cluster tests, then the client tests in integration/ with
+# the real Python drivers (installed into integration/.venv).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+echo "== build"
+cargo build --workspace --bins --tests --locked
+
+echo "== rust tests"
+cargo test --workspace --locked
+
+echo "== python client tests"
+venv=integration/.venv
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r integration/requirements.txt
+"$venv/bin/python" -m pytest integration/python -q -p no:cacheprovider
