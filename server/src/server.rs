@@ -6,6 +6,7 @@ use std::sync::Arc;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_worker::client::MAX_MESSAGE_BYTES;
+use squadron_worker::Worker;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -43,6 +44,8 @@ impl Default for ServerOptions {
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub workers: Vec<String>,
+    /// The embedded workers' state (empty with remote workers).
+    pub local_workers: Vec<Worker>,
     pub coordinator: Arc<Coordinator>,
     shutdown: Option<oneshot::Sender<()>>,
     handle: JoinHandle<Result<(), tonic::transport::Error>>,
@@ -93,6 +96,7 @@ pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
 /// Starts the coordinator (and its embedded workers when no remote ones
 /// are given) and returns once it accepts connections.
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
+    let mut local_workers = vec![];
     let workers = if options.workers.is_empty() {
         if options.local_workers == 0 {
             anyhow::bail!("no workers: give --workers or --local-workers of at least 1");
@@ -100,7 +104,9 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         let mut urls = vec![];
         for _ in 0..options.local_workers {
             // Same gRPC and Flight paths as a remote worker, on loopback.
-            urls.push(squadron_worker::spawn_worker("127.0.0.1:0".parse()?).await?);
+            let (url, worker) = squadron_worker::spawn_worker("127.0.0.1:0".parse()?).await?;
+            urls.push(url);
+            local_workers.push(worker);
         }
         urls
     } else {
@@ -135,6 +141,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     Ok(RunningServer {
         addr,
         workers,
+        local_workers,
         coordinator,
         shutdown: Some(tx),
         handle,

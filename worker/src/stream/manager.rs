@@ -6,6 +6,7 @@
 //! connected yet) waits instead of buffering without limit.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -23,6 +24,7 @@ pub type BatchResult = Result<RecordBatch, Status>;
 pub struct PendingStream {
     pub schema: SchemaRef,
     pub receiver: mpsc::Receiver<BatchResult>,
+    registered: Instant,
 }
 
 #[derive(Clone, Default)]
@@ -35,7 +37,12 @@ impl StreamManager {
     /// Registers an output channel; returns the producer's end.
     pub fn register(&self, key: StreamKey, schema: SchemaRef) -> mpsc::Sender<BatchResult> {
         let (sender, receiver) = mpsc::channel(CHANNEL_CAPACITY);
-        self.pending.insert(key, PendingStream { schema, receiver });
+        let stream = PendingStream {
+            schema,
+            receiver,
+            registered: Instant::now(),
+        };
+        self.pending.insert(key, stream);
         sender
     }
 
@@ -51,11 +58,67 @@ impl StreamManager {
         before.saturating_sub(self.pending.len())
     }
 
+    /// Drops streams registered more than `age` ago; returns how many.
+    pub fn drop_older_than(&self, age: Duration) -> usize {
+        let before = self.pending.len();
+        self.pending.retain(|_, s| s.registered.elapsed() <= age);
+        before.saturating_sub(self.pending.len())
+    }
+
     pub fn len(&self) -> usize {
         self.pending.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::Schema;
+
+    fn key(job: &str, channel: u32) -> StreamKey {
+        StreamKey {
+            job_id: job.into(),
+            stage_id: 0,
+            partition: 0,
+            attempt: 0,
+            channel,
+        }
+    }
+
+    #[test]
+    fn a_stream_is_taken_once() {
+        let m = StreamManager::default();
+        let _tx = m.register(key("j", 0), Arc::new(Schema::empty()));
+        assert!(m.take(&key("j", 0)).is_some());
+        assert!(m.take(&key("j", 0)).is_none());
+        assert!(m.is_empty());
+    }
+
+    #[test]
+    fn cleaning_a_job_drops_only_its_streams() {
+        let m = StreamManager::default();
+        let _a = m.register(key("a", 0), Arc::new(Schema::empty()));
+        let _b = m.register(key("a", 1), Arc::new(Schema::empty()));
+        let _c = m.register(key("b", 0), Arc::new(Schema::empty()));
+        assert_eq!(m.drop_job("a"), 2);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.drop_older_than(Duration::from_secs(3600)), 0);
+        assert_eq!(m.drop_older_than(Duration::ZERO), 1);
+    }
+
+    #[tokio::test]
+    async fn a_full_channel_makes_the_producer_wait() {
+        let m = StreamManager::default();
+        let schema = Arc::new(Schema::empty());
+        let tx = m.register(key("j", 0), schema.clone());
+        let batch = RecordBatch::new_empty(schema);
+        for _ in 0..CHANNEL_CAPACITY {
+            tx.try_send(Ok(batch.clone())).expect("room in the buffer");
+        }
+        assert!(tx.try_send(Ok(batch)).is_err(), "the buffer is bounded");
     }
 }

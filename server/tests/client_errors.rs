@@ -1,0 +1,104 @@
+//! Bad input and clients that go away: clear statuses, and the server keeps
+//! answering. Runs on the coordinator's embedded workers.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
+use arrow_flight::Ticket;
+use futures::StreamExt;
+use prost::Message;
+use support::{client, coordinator, query, tpch_data};
+use tonic::Code;
+
+async fn count(
+    client: &mut arrow_flight::sql::client::FlightSqlServiceClient<tonic::transport::Channel>,
+    table: &str,
+) -> i64 {
+    let batches = query(client, &format!("SELECT count(*) AS n FROM {table}"))
+        .await
+        .expect("count query");
+    let col = batches[0].column(0);
+    col.as_any()
+        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        .expect("int64 count")
+        .value(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_statuses_and_the_server_stays_healthy() {
+    let (_dir, tables) = tpch_data(0.01);
+    let server = coordinator(vec![], tables).await;
+    let mut client = client(&server).await;
+
+    let err = query(&mut client, "SELEC 1").await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert_eq!(count(&mut client, "nation").await, 25);
+
+    let err = query(&mut client, "SELECT * FROM no_such_table")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err}");
+    assert!(err.message().contains("no_such_table"), "{err}");
+
+    let err = query(&mut client, "SELECT no_such_column FROM nation")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+
+    // A ticket for a statement that was never issued.
+    let forged = TicketStatementQuery {
+        statement_handle: "not-a-statement".as_bytes().to_vec().into(),
+    };
+    let err = client
+        .do_get(Ticket::new(forged.as_any().encode_to_vec()))
+        .await
+        .err()
+        .expect("a forged ticket is refused");
+    assert!(
+        err.to_string().contains("unknown statement handle"),
+        "{err}"
+    );
+
+    assert_eq!(count(&mut client, "region").await, 5);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hanging_up_mid_stream_stops_the_job_on_every_worker() {
+    let (_dir, tables) = tpch_data(0.01);
+    let server = coordinator(vec![], tables).await;
+    let mut client = client(&server).await;
+
+    // 1.5 million rows: far more than the buffers between tasks hold, so
+    // the job is still running when the client stops reading.
+    let info = client
+        .execute("SELECT * FROM lineitem, nation".to_string(), None)
+        .await
+        .unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut stream = client.do_get(ticket).await.unwrap();
+    let first = stream.next().await.expect("a first batch").unwrap();
+    assert!(first.num_rows() > 0);
+    let busy: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
+    assert!(busy > 0, "the job should still be running");
+    drop(stream);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let tasks: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
+        let streams: usize = server.local_workers.iter().map(|w| w.streams.len()).sum();
+        if tasks == 0 && streams == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{tasks} tasks and {streams} streams left after the client hung up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = support::client(&server).await;
+    assert_eq!(count(&mut client, "nation").await, 25);
+    server.shutdown().await.unwrap();
+}
