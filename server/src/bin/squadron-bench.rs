@@ -52,7 +52,12 @@ impl WorkerProcess {
             .map_err(|e| anyhow::anyhow!("starting {}: {e}", bin.display()))?;
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
-        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_string();
+        let url = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
         Ok(Self(child, url))
     }
 }
@@ -64,11 +69,16 @@ impl Drop for WorkerProcess {
     }
 }
 
-async fn flight_sql(client: &mut FlightSqlServiceClient<Channel>, sql: &str) -> anyhow::Result<usize> {
+async fn flight_sql(
+    client: &mut FlightSqlServiceClient<Channel>,
+    sql: &str,
+) -> anyhow::Result<usize> {
     let info = client.execute(sql.to_string(), None).await?;
     let mut rows = 0;
     for endpoint in info.endpoint {
-        let ticket = endpoint.ticket.ok_or_else(|| anyhow::anyhow!("no ticket"))?;
+        let ticket = endpoint
+            .ticket
+            .ok_or_else(|| anyhow::anyhow!("no ticket"))?;
         let batches: Vec<RecordBatch> = client.do_get(ticket).await?.try_collect().await?;
         rows += batches.iter().map(|b| b.num_rows()).sum::<usize>();
     }
@@ -124,7 +134,10 @@ async fn main() -> anyhow::Result<()> {
         "TPC-H SF{} | Squadron: coordinator + 2 worker processes | DataFusion: single node, in-process | median of {}",
         args.scale, args.iterations
     );
-    println!("{:>5} {:>12} {:>12} {:>8}", "query", "squadron ms", "datafusion ms", "ratio");
+    println!(
+        "{:>5} {:>12} {:>12} {:>8}",
+        "query", "squadron ms", "datafusion ms", "ratio"
+    );
     let (mut total_s, mut total_d) = (Duration::ZERO, Duration::ZERO);
     for n in queries {
         let sql = std::fs::read_to_string(args.query_dir.join(format!("q{n}.sql")))?;

@@ -7,7 +7,6 @@ pub mod compare;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -64,8 +63,10 @@ impl WorkerProcess {
         Self { url, child }
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// SIGKILL: the worker vanishes without a goodbye.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -156,8 +157,4 @@ pub fn tpch_query(n: usize) -> String {
         .join("../testdata/tpch")
         .join(format!("q{n}.sql"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-pub fn shared<T>(t: T) -> Arc<T> {
-    Arc::new(t)
 }

@@ -1,0 +1,42 @@
+//! A worker process killed mid-query fails the query with an error naming
+//! that worker, instead of hanging.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use support::{client, coordinator, tpch_data, WorkerProcess};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_worker_mid_query_fails_the_query_naming_it() {
+    let (_dir, tables) = tpch_data(0.01);
+    let mut workers = [WorkerProcess::spawn(), WorkerProcess::spawn()];
+    let server = coordinator(workers.iter().map(|w| w.url.clone()).collect(), tables).await;
+    let mut client = client(&server).await;
+
+    let info = client
+        .execute("SELECT * FROM lineitem, nation".to_string(), None)
+        .await
+        .unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut stream = client.do_get(ticket).await.unwrap();
+    assert!(stream.next().await.expect("a first batch").is_ok());
+
+    let lost = workers[1].url.clone();
+    workers[1].kill();
+
+    let outcome = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                return Some(e.to_string());
+            }
+        }
+        None
+    })
+    .await
+    .expect("the query must end, not hang, when a worker dies");
+    let error = outcome.expect("the query must fail: part of its data is gone");
+    assert!(error.contains(&lost), "error should name {lost}: {error}");
+    server.shutdown().await.unwrap();
+}
