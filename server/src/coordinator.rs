@@ -11,11 +11,11 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use squadron_worker::client::PeerClients;
+use squadron_worker::error::to_status;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use crate::cluster::WorkerResolver;
-use crate::flight_sql::errors::to_status;
 use crate::output::{job_output, JobStream};
 use crate::planner::{build_job_graph, JobGraph};
 use crate::scheduler::{start_job, Placement};

@@ -47,6 +47,16 @@ async fn bad_input_gets_clear_statuses_and_the_server_stays_healthy() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
 
+    // An error in the data, raised inside a task on a worker.
+    let err = query(
+        &mut client,
+        "SELECT CAST(l_orderkey AS INT) / CAST(l_linenumber - l_linenumber AS INT) FROM lineitem",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("Divide by zero"), "{err}");
+
     // A ticket for a statement that was never issued.
     let forged = TicketStatementQuery {
         statement_handle: "not-a-statement".as_bytes().to_vec().into(),

@@ -76,10 +76,13 @@ pub fn fetch_stream(
     .try_flatten()
 }
 
+/// Keeps the upstream status code, so a data error in one task reaches the
+/// client as such and not as an internal failure.
 fn upstream_error(describe: &str, e: FlightError) -> DataFusionError {
-    let message = match e {
-        FlightError::Tonic(status) => status.message().to_string(),
-        other => other.to_string(),
+    let (code, message) = match e {
+        FlightError::Tonic(status) => (status.code(), status.message().to_string()),
+        other => (tonic::Code::Internal, other.to_string()),
     };
-    DataFusionError::External(format!("reading stream {describe}: {message}").into())
+    let status = tonic::Status::new(code, format!("reading stream {describe}: {message}"));
+    DataFusionError::External(Box::new(status))
 }

@@ -9,6 +9,7 @@
 //! - `client`: cached channels to peers
 
 pub mod client;
+pub mod error;
 pub mod plan;
 pub mod server;
 pub mod service;

@@ -1,6 +1,5 @@
 //! The client-facing Arrow Flight SQL service.
 
-pub mod errors;
 pub mod service;
 pub mod statements;
 

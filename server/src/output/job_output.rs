@@ -10,6 +10,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 use squadron_proto::StreamKey;
 use squadron_worker::client::{fetch_stream, PeerClients};
+use squadron_worker::error::to_status;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -59,7 +60,7 @@ pub fn job_output(
                 },
                 next = merged.next() => match next {
                     Some(item) => {
-                        let item = item.map_err(|e| Status::internal(e.to_string()));
+                        let item = item.map_err(|e| to_status(&e));
                         let failed = item.is_err();
                         if tx.send(item).await.is_err() || failed {
                             break;

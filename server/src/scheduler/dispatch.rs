@@ -139,16 +139,26 @@ async fn dispatch(
 async fn monitor(url: String, mut stream: Streaming<TaskStatus>, failures: mpsc::Sender<Status>) {
     let failure = match stream.message().await {
         Ok(Some(s)) if s.state() == TaskState::Succeeded => return,
-        Ok(Some(s)) => Status::internal(format!(
-            "task {} on {url} {:?}: {}",
-            task_name(s.key.as_ref(), s.attempt),
-            s.state(),
-            s.message
-        )),
+        Ok(Some(s)) => Status::new(
+            failure_code(&s),
+            format!(
+                "task {} on {url} {:?}: {}",
+                task_name(s.key.as_ref(), s.attempt),
+                s.state(),
+                s.message
+            ),
+        ),
         Ok(None) => Status::unavailable(format!("worker {url} closed a task stream")),
         Err(e) => Status::unavailable(format!("lost worker {url}: {}", e.message())),
     };
     let _ = failures.try_send(failure);
+}
+
+fn failure_code(status: &TaskStatus) -> tonic::Code {
+    match tonic::Code::from(status.code) {
+        tonic::Code::Ok => tonic::Code::Internal,
+        code => code,
+    }
 }
 
 fn task_request(

@@ -7,9 +7,9 @@ use datafusion::physical_plan::repartition::BatchPartitioner;
 use datafusion::physical_plan::{Partitioning, SendableRecordBatchStream};
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use tonic::Status;
 
 use super::manager::BatchResult;
+use crate::error::to_status;
 
 /// How batches are assigned to channels.
 pub enum Router {
@@ -55,7 +55,7 @@ pub async fn write_output(
         let batch = match next {
             Ok(batch) => batch,
             Err(e) => {
-                let status = Status::internal(e.to_string());
+                let status = to_status(&e);
                 for sender in open.iter().flatten() {
                     let _ = sender.send(Err(status.clone())).await;
                 }

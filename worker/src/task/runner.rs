@@ -17,6 +17,7 @@ use tonic::Status;
 
 use super::registry::{AttemptKey, TaskRegistry};
 use crate::client::PeerClients;
+use crate::error::status_code;
 use crate::plan::{decode_plan, StageBinding, StageReadExec};
 use crate::stream::{write_output, Router, StreamManager};
 
@@ -191,6 +192,7 @@ pub fn status(key: &AttemptKey, state: TaskState) -> TaskStatus {
         state: state as i32,
         message: String::new(),
         output_rows: 0,
+        code: 0,
     }
 }
 
@@ -202,6 +204,7 @@ fn final_status(key: &AttemptKey, result: Result<u64>) -> TaskStatus {
         },
         Err(e) => TaskStatus {
             message: e.to_string(),
+            code: status_code(&e) as i32,
             ..status(key, TaskState::Failed)
         },
     }

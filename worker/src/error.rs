@@ -1,0 +1,90 @@
+//! DataFusion errors as gRPC status codes, the same on workers and the
+//! coordinator so a task's failure reaches the client with the right code.
+
+use datafusion::arrow::error::ArrowError;
+use datafusion::common::DataFusionError;
+use tonic::{Code, Status};
+
+/// Bad SQL, bad references and errors in the data (division by zero, a
+/// failed cast, overflow) are the client's: InvalidArgument, or NotFound
+/// for a missing table. Unsupported features are Unimplemented; a status
+/// from a peer keeps its code; the rest is Internal.
+pub fn status_code(e: &DataFusionError) -> Code {
+    match e.find_root() {
+        DataFusionError::SQL(..) => Code::InvalidArgument,
+        DataFusionError::Plan(msg) if msg.contains("not found") => Code::NotFound,
+        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => Code::InvalidArgument,
+        DataFusionError::NotImplemented(_) => Code::Unimplemented,
+        DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
+        DataFusionError::ArrowError(arrow, _) => match arrow.as_ref() {
+            ArrowError::DivideByZero
+            | ArrowError::ArithmeticOverflow(_)
+            | ArrowError::CastError(_)
+            | ArrowError::ParseError(_)
+            | ArrowError::InvalidArgumentError(_)
+            | ArrowError::ComputeError(_) => Code::InvalidArgument,
+            _ => Code::Internal,
+        },
+        DataFusionError::External(inner) => match inner.downcast_ref::<Status>() {
+            Some(status) => status.code(),
+            None => Code::Internal,
+        },
+        _ => Code::Internal,
+    }
+}
+
+/// The status a client (or consumer task) sees for a DataFusion error.
+pub fn to_status(e: &DataFusionError) -> Status {
+    Status::new(status_code(e), e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+    use tonic::Code;
+
+    async fn plan_error(sql: &str) -> Status {
+        let ctx = SessionContext::new();
+        let e = ctx.sql(sql).await.expect_err("planning should fail");
+        to_status(&e)
+    }
+
+    #[tokio::test]
+    async fn missing_table_is_not_found() {
+        let status = plan_error("SELECT * FROM nowhere").await;
+        assert_eq!(status.code(), Code::NotFound);
+        assert!(status.message().contains("nowhere"), "{}", status.message());
+    }
+
+    #[tokio::test]
+    async fn syntax_error_is_invalid_argument() {
+        let status = plan_error("SELEC 1").await;
+        assert_eq!(status.code(), Code::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn unknown_column_is_invalid_argument() {
+        let status = plan_error("SELECT nope FROM (VALUES (1)) AS t(a)").await;
+        assert_eq!(status.code(), Code::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn errors_in_the_data_are_invalid_argument() {
+        let ctx = SessionContext::new();
+        let e = ctx
+            .sql("SELECT CAST(a AS INT) / CAST(a - a AS INT) FROM (VALUES (1)) AS t(a)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .expect_err("division by zero");
+        assert_eq!(status_code(&e), Code::InvalidArgument, "{e}");
+    }
+
+    #[test]
+    fn a_peer_status_keeps_its_code() {
+        let e = DataFusionError::External(Box::new(Status::not_found("gone")));
+        assert_eq!(status_code(&e), Code::NotFound);
+    }
+}
