@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
 use arrow_flight::Ticket;
-use futures::StreamExt;
 use prost::Message;
-use support::{client, coordinator, query, tpch_data};
+use support::{client, coordinator, query, start_large_query, tpch_data};
 use tonic::Code;
 
 async fn count(
@@ -81,16 +80,7 @@ async fn a_client_hanging_up_mid_stream_stops_the_job_on_every_worker() {
     let server = coordinator(vec![], tables).await;
     let mut client = client(&server).await;
 
-    // 1.5 million rows: far more than the buffers between tasks hold, so
-    // the job is still running when the client stops reading.
-    let info = client
-        .execute("SELECT * FROM lineitem, nation".to_string(), None)
-        .await
-        .unwrap();
-    let ticket = info.endpoint[0].ticket.clone().unwrap();
-    let mut stream = client.do_get(ticket).await.unwrap();
-    let first = stream.next().await.expect("a first batch").unwrap();
-    assert!(first.num_rows() > 0);
+    let stream = start_large_query(&mut client).await;
     let busy: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
     assert!(busy > 0, "the job should still be running");
     drop(stream);

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use futures::StreamExt;
-use support::{client, coordinator, tpch_data, WorkerProcess};
+use support::{client, coordinator, start_large_query, tpch_data, WorkerProcess};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_worker_mid_query_fails_the_query_naming_it() {
@@ -15,13 +15,7 @@ async fn killing_a_worker_mid_query_fails_the_query_naming_it() {
     let server = coordinator(workers.iter().map(|w| w.url.clone()).collect(), tables).await;
     let mut client = client(&server).await;
 
-    let info = client
-        .execute("SELECT * FROM lineitem, nation".to_string(), None)
-        .await
-        .unwrap();
-    let ticket = info.endpoint[0].ticket.clone().unwrap();
-    let mut stream = client.do_get(ticket).await.unwrap();
-    assert!(stream.next().await.expect("a first batch").is_ok());
+    let mut stream = start_large_query(&mut client).await;
 
     let lost = workers[1].url.clone();
     workers[1].kill();

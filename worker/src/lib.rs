@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod error;
+pub mod logging;
 pub mod plan;
 pub mod server;
 pub mod service;

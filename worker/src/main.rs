@@ -17,12 +17,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    squadron_worker::logging::init();
     let args = Args::parse();
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;

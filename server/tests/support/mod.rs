@@ -8,10 +8,11 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::prelude::SessionContext;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use squadron_server::catalog::{tpch, TableSpec};
 use squadron_server::{start, RunningServer, ServerOptions};
 use tonic::transport::Channel;
@@ -124,6 +125,30 @@ pub async fn query(
         batches.append(&mut got);
     }
     Ok(batches)
+}
+
+/// Starts a query far larger than the buffers between tasks hold (1.5
+/// million rows at SF0.01) and reads its first batch: the job is then still
+/// running, with every task mid-stream.
+pub async fn start_large_query(
+    client: &mut FlightSqlServiceClient<Channel>,
+) -> FlightRecordBatchStream {
+    let info = client
+        .execute("SELECT * FROM lineitem, nation".to_string(), None)
+        .await
+        .expect("planning the large query");
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let mut stream = client
+        .do_get(ticket)
+        .await
+        .expect("starting the large query");
+    let first = stream
+        .next()
+        .await
+        .expect("a first batch")
+        .expect("a batch");
+    assert!(first.num_rows() > 0);
+    stream
 }
 
 fn to_status(e: arrow_flight::error::FlightError) -> Status {
