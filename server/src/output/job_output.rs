@@ -45,7 +45,11 @@ pub fn job_output(
     });
     let mut merged = futures::stream::select_all(streams);
     let (tx, rx) = mpsc::channel(OUTPUT_BUFFER);
+    let (tasks, stages) = (graph.task_count(), graph.stages.len());
     tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut rows = 0usize;
+        let mut outcome = "completed";
         // Closed once every task monitor ended without a failure.
         let mut failures_open = true;
         loop {
@@ -53,6 +57,7 @@ pub fn job_output(
                 biased;
                 failure = job.failures.recv(), if failures_open => match failure {
                     Some(status) => {
+                        outcome = "failed";
                         let _ = tx.send(Err(status)).await;
                         break;
                     }
@@ -61,16 +66,35 @@ pub fn job_output(
                 next = merged.next() => match next {
                     Some(item) => {
                         let item = item.map_err(|e| to_status(&e));
+                        match &item {
+                            Ok(batch) => rows += batch.num_rows(),
+                            Err(_) => outcome = "failed",
+                        }
                         let failed = item.is_err();
-                        if tx.send(item).await.is_err() || failed {
+                        if tx.send(item).await.is_err() {
+                            outcome = "cancelled: the client hung up";
+                            break;
+                        }
+                        if failed {
                             break;
                         }
                     }
                     None => break,
                 },
-                _ = tx.closed() => break,
+                _ = tx.closed() => {
+                    outcome = "cancelled: the client hung up";
+                    break;
+                }
             }
         }
+        tracing::info!(
+            job_id = job.job_id,
+            stages,
+            tasks,
+            rows,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "job {outcome}"
+        );
         job.clean_up();
     });
     ReceiverStream::new(rx)
