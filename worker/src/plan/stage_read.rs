@@ -9,8 +9,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{exec_err, internal_err, Result};
+use datafusion::common::{exec_err, internal_err, DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{
@@ -25,6 +26,7 @@ use squadron_proto::v1::ReadMode;
 use squadron_proto::StreamKey;
 
 use crate::client::{fetch_stream, PeerClients};
+use crate::stream::{PendingStream, StreamManager};
 
 /// The upstream task locations one task attempt reads from.
 #[derive(Debug, Clone)]
@@ -35,6 +37,9 @@ pub struct StageBinding {
     /// Indexed by upstream partition: (peer URL, attempt).
     pub upstream: Vec<(String, u32)>,
     pub clients: PeerClients,
+    /// This worker's own task streams: an upstream task that ran here is
+    /// read straight from its channel, without a Flight round trip.
+    pub local: StreamManager,
 }
 
 #[derive(Debug)]
@@ -193,7 +198,11 @@ impl ExecutionPlan for StageReadExec {
         let fetches = self
             .streams_for(binding, partition)
             .into_iter()
-            .map(|(url, key)| fetch_stream(binding.clients.clone(), url, key).boxed());
+            .map(|(url, key)| match binding.local.take(&key) {
+                // Stream keys name the job, so a local hit is this stream.
+                Some(pending) => local_stream(pending, key).boxed(),
+                None => fetch_stream(binding.clients.clone(), url, key).boxed(),
+            });
         // Read all upstream streams at once: a producer blocked on one
         // consumer's full buffer must never wait for a stream read later.
         let merged = futures::stream::select_all(fetches);
@@ -202,4 +211,20 @@ impl ExecutionPlan for StageReadExec {
             merged,
         )))
     }
+}
+
+/// The batches of a task stream produced on this worker.
+fn local_stream(
+    pending: PendingStream,
+    key: StreamKey,
+) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static {
+    tokio_stream::wrappers::ReceiverStream::new(pending.receiver).map(move |item| {
+        item.map_err(|status| {
+            let status = tonic::Status::new(
+                status.code(),
+                format!("reading local stream {key}: {}", status.message()),
+            );
+            DataFusionError::External(Box::new(status))
+        })
+    })
 }

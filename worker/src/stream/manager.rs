@@ -33,6 +33,14 @@ pub struct StreamManager {
     pending: Arc<DashMap<StreamKey, PendingStream>>,
 }
 
+impl std::fmt::Debug for StreamManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamManager")
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
 impl StreamManager {
     /// Registers an output channel; returns the producer's end.
     pub fn register(&self, key: StreamKey, schema: SchemaRef) -> mpsc::Sender<BatchResult> {

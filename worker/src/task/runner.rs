@@ -68,7 +68,7 @@ impl TaskRunner {
         let channels = output.channels.max(1) as usize;
         let plan = decode_plan(&definition.plan, &self.ctx.task_ctx())
             .map_err(|e| Status::invalid_argument(format!("cannot decode the task plan: {e}")))?;
-        let plan = bind_inputs(plan, key, &definition.inputs, &request.peers, &self.clients)
+        let plan = bind_inputs(plan, key, &definition.inputs, &request.peers, self)
             .map_err(|e| Status::invalid_argument(format!("cannot bind task inputs: {e}")))?;
         let partition = key.partition as usize;
 
@@ -217,7 +217,7 @@ fn bind_inputs(
     key: &TaskKey,
     inputs: &[StageInput],
     peers: &[String],
-    clients: &PeerClients,
+    runner: &TaskRunner,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         let Some(read) = node.downcast_ref::<StageReadExec>() else {
@@ -243,7 +243,8 @@ fn bind_inputs(
             job_id: key.job_id.clone(),
             consumer_partition: key.partition,
             upstream,
-            clients: clients.clone(),
+            clients: runner.clients.clone(),
+            local: runner.streams.clone(),
         })?;
         Ok(Transformed::yes(Arc::new(bound) as Arc<dyn ExecutionPlan>))
     })
