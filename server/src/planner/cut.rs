@@ -8,10 +8,10 @@
 //! - below every `CoalescePartitionsExec` / `SortPreservingMergeExec` the
 //!   input becomes a producer stage and the merge stays in the consumer,
 //!   reading each upstream task through a `StageReadExec` in merge mode;
-//! - a merge-mode input is broadcast: each consumer task gets every upstream
-//!   task's whole output on its own channel. That is what the build side of a
-//!   CollectLeft hash join (and nested-loop / cross joins) needs when the
-//!   join stage runs as several tasks, and is one channel when it runs as one.
+//! - a merge-mode input goes whole to each consumer task that executes the
+//!   merge, on a channel of its own (`readers`): one channel when a single
+//!   task reads it, a broadcast when it is the build side of a collected
+//!   join executed by several tasks.
 //!
 //! Joins that emit build-side rows once probing ends (left, semi, anti,
 //! full with a collected build side) first get their probe side merged, so
@@ -33,6 +33,7 @@ use squadron_worker::plan::StageReadExec;
 
 use super::build_side::gather_probe_side;
 use super::job_graph::{JobGraph, Stage, StageOutput};
+use super::readers::assign_readers;
 
 /// Cuts `plan` into a job graph.
 pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
@@ -54,15 +55,7 @@ pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
         output: StageOutput::JobOutput,
     });
     let mut stages = cutter.stages;
-    // A merge-mode input is broadcast to every task of its consumer.
-    for consumer in 0..stages.len() {
-        let consumer_tasks = stages[consumer].tasks;
-        for input in stages[consumer].inputs.clone() {
-            if let StageOutput::Broadcast { channels } = &mut stages[input].output {
-                *channels = consumer_tasks;
-            }
-        }
-    }
+    assign_readers(&mut stages)?;
     Ok(JobGraph { stages })
 }
 

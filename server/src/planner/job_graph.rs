@@ -80,6 +80,7 @@ fn stage_header(stage: &Stage) -> String {
     let output = match stage.output {
         StageOutput::JobOutput => "job-output".to_string(),
         StageOutput::Repartition { channels } => format!("repartition({channels})"),
+        StageOutput::Broadcast { channels: 1 } => "single".to_string(),
         StageOutput::Broadcast { channels } => format!("broadcast({channels})"),
     };
     format!(

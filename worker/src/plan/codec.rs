@@ -36,12 +36,13 @@ impl PhysicalExtensionCodec for SquadronCodec {
         let schema = datafusion_proto::protobuf::Schema::decode(node.schema.as_slice())
             .map_err(|e| internal_datafusion_err!("bad StageReadNode schema: {e}"))?;
         let schema = Schema::try_from(&schema)?;
-        Ok(Arc::new(StageReadExec::new(
+        let read = StageReadExec::new(
             node.stage_id,
             mode,
             node.partitions as usize,
             Arc::new(schema),
-        )))
+        );
+        Ok(Arc::new(read.with_readers(node.readers)))
     }
 
     fn try_encode(
@@ -59,6 +60,7 @@ impl PhysicalExtensionCodec for SquadronCodec {
             mode: read.mode() as i32,
             partitions: read.partitions() as u32,
             schema: schema.encode_to_vec(),
+            readers: read.readers().to_vec(),
         }
         .encode(buf)
         .map_err(|e| internal_datafusion_err!("encoding StageReadNode: {e}"))

@@ -32,7 +32,7 @@ use crate::stream::{PendingStream, StreamManager};
 #[derive(Debug, Clone)]
 pub struct StageBinding {
     pub job_id: String,
-    /// The partition of the consuming task: the channel it reads in MERGE mode.
+    /// The partition of the consuming task.
     pub consumer_partition: u32,
     /// Indexed by upstream partition: (peer URL, attempt).
     pub upstream: Vec<(String, u32)>,
@@ -47,6 +47,9 @@ pub struct StageReadExec {
     stage_id: u32,
     mode: ReadMode,
     partitions: usize,
+    /// MERGE mode: the consumer tasks that read the upstream stage, in
+    /// channel order (task `readers[c]` reads channel `c`).
+    readers: Vec<u32>,
     properties: Arc<PlanProperties>,
     binding: Option<StageBinding>,
 }
@@ -63,9 +66,34 @@ impl StageReadExec {
             stage_id,
             mode,
             partitions,
+            readers: vec![],
             properties: Arc::new(properties),
             binding: None,
         }
+    }
+
+    /// A copy read by the given consumer tasks (MERGE mode).
+    pub fn with_readers(&self, readers: Vec<u32>) -> Self {
+        Self {
+            readers,
+            binding: None,
+            ..self.clone_unbound()
+        }
+    }
+
+    fn clone_unbound(&self) -> Self {
+        Self {
+            stage_id: self.stage_id,
+            mode: self.mode,
+            partitions: self.partitions,
+            readers: self.readers.clone(),
+            properties: Arc::clone(&self.properties),
+            binding: None,
+        }
+    }
+
+    pub fn readers(&self) -> &[u32] {
+        &self.readers
     }
 
     pub fn stage_id(&self) -> u32 {
@@ -93,12 +121,16 @@ impl StageReadExec {
                 binding.upstream.len()
             );
         }
+        if self.mode == ReadMode::Merge && !self.readers.contains(&binding.consumer_partition) {
+            return internal_err!(
+                "task {} is not a reader of stage {}",
+                binding.consumer_partition,
+                self.stage_id
+            );
+        }
         Ok(Self {
-            stage_id: self.stage_id,
-            mode: self.mode,
-            partitions: self.partitions,
-            properties: Arc::clone(&self.properties),
             binding: Some(binding),
+            ..self.clone_unbound()
         })
     }
 
@@ -114,10 +146,12 @@ impl StageReadExec {
         match self.mode {
             ReadMode::Merge => {
                 let (url, attempt) = &binding.upstream[partition];
-                vec![(
-                    url.clone(),
-                    key(partition, *attempt, binding.consumer_partition),
-                )]
+                let channel = self
+                    .readers
+                    .iter()
+                    .position(|r| *r == binding.consumer_partition)
+                    .unwrap_or_default();
+                vec![(url.clone(), key(partition, *attempt, channel as u32))]
             }
             _ => binding
                 .upstream
@@ -139,7 +173,11 @@ impl DisplayAs for StageReadExec {
             f,
             "StageReadExec: stage={}, mode={mode}, partitions={}",
             self.stage_id, self.partitions
-        )
+        )?;
+        if self.mode == ReadMode::Merge {
+            write!(f, ", readers={:?}", self.readers)?;
+        }
+        Ok(())
     }
 }
 

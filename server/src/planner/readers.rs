@@ -1,0 +1,173 @@
+//! Which consumer tasks read each merge-mode input, and so how many
+//! channels its producer stage writes.
+//!
+//! Task `t` of a stage executes partition `t` of the stage plan. Walking the
+//! plan from the root, we track which tasks execute each partition of each
+//! operator: most operators pass partition `p` to partition `p` of their
+//! input; a union splits its partitions among its inputs; a merge, and the
+//! build side of a collected join, are executed whole by every task that
+//! executes them. A merge read then knows its readers: one reader means a
+//! single output channel, several mean every upstream task broadcasts its
+//! output, one channel per reader. A channel nobody reads would fill up and
+//! stall its producer, so there is never one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::Result;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::{
+    CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
+};
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use squadron_proto::v1::ReadMode;
+use squadron_worker::plan::StageReadExec;
+
+use super::job_graph::{Stage, StageOutput};
+
+/// Sets the readers of every merge read, and the channel count of the
+/// stages they read.
+pub fn assign_readers(stages: &mut [Stage]) -> Result<()> {
+    for consumer in 0..stages.len() {
+        let stage = &stages[consumer];
+        // A repartitioning stage's tasks execute the input of its root.
+        let root = match stage.output {
+            StageOutput::Repartition { .. } => Arc::clone(stage.plan.children()[0]),
+            _ => Arc::clone(&stage.plan),
+        };
+        let executed_by: Vec<Vec<u32>> = (0..stage.tasks as u32).map(|t| vec![t]).collect();
+        let mut readers = BTreeMap::new();
+        collect(&root, &executed_by, &mut readers);
+        if readers.is_empty() {
+            continue;
+        }
+        stages[consumer].plan = with_readers(Arc::clone(&stages[consumer].plan), &readers)?;
+        for (input, tasks) in readers {
+            stages[input as usize].output = StageOutput::Broadcast {
+                channels: tasks.len().max(1),
+            };
+        }
+    }
+    Ok(())
+}
+
+fn collect(
+    plan: &Arc<dyn ExecutionPlan>,
+    executed_by: &[Vec<u32>],
+    readers: &mut BTreeMap<u32, Vec<u32>>,
+) {
+    let everyone = union_of(executed_by);
+    if let Some(read) = plan.downcast_ref::<StageReadExec>() {
+        if read.mode() == ReadMode::Merge {
+            readers.insert(read.stage_id(), everyone);
+        }
+        return;
+    }
+    let children = plan.children();
+    let mut offset = 0;
+    for (i, child) in children.iter().enumerate() {
+        let n = child.output_partitioning().partition_count();
+        let child_executed_by: Vec<Vec<u32>> = if executed_whole(plan, i) {
+            vec![everyone.clone(); n]
+        } else if plan.is::<UnionExec>() {
+            (offset..offset + n)
+                .map(|p| executed_by.get(p).cloned().unwrap_or_default())
+                .collect()
+        } else if n == executed_by.len() {
+            executed_by.to_vec()
+        } else {
+            // An operator that maps partitions in a way we do not know:
+            // assume every task may execute every input partition.
+            vec![everyone.clone(); n]
+        };
+        offset += n;
+        collect(child, &child_executed_by, readers);
+    }
+}
+
+/// Whether each task that executes `plan` executes its input `child` whole.
+fn executed_whole(plan: &Arc<dyn ExecutionPlan>, child: usize) -> bool {
+    if plan.is::<CoalescePartitionsExec>() || plan.is::<SortPreservingMergeExec>() {
+        return true;
+    }
+    let collected_build_side = match plan.downcast_ref::<HashJoinExec>() {
+        Some(join) => *join.partition_mode() == PartitionMode::CollectLeft,
+        None => plan.is::<NestedLoopJoinExec>() || plan.is::<CrossJoinExec>(),
+    };
+    collected_build_side && child == 0
+}
+
+fn union_of(sets: &[Vec<u32>]) -> Vec<u32> {
+    let mut all: Vec<u32> = sets.iter().flatten().copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+fn with_readers(
+    plan: Arc<dyn ExecutionPlan>,
+    readers: &BTreeMap<u32, Vec<u32>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(read) = node.downcast_ref::<StageReadExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        match readers.get(&read.stage_id()) {
+            Some(tasks) if read.mode() == ReadMode::Merge => {
+                let read: Arc<dyn ExecutionPlan> = Arc::new(read.with_readers(tasks.clone()));
+                Ok(Transformed::yes(read))
+            }
+            _ => Ok(Transformed::no(node)),
+        }
+    })
+    .map(|t| t.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::build_job_graph;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use datafusion::datasource::memory::MemorySourceConfig;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]))
+    }
+
+    fn source(partitions: usize) -> Arc<dyn ExecutionPlan> {
+        MemorySourceConfig::try_new_exec(&vec![vec![]; partitions], schema(), None).unwrap()
+    }
+
+    fn merge_read_of(stage: &Stage) -> Vec<u32> {
+        let mut found = BTreeMap::new();
+        let executed_by: Vec<Vec<u32>> = (0..stage.tasks as u32).map(|t| vec![t]).collect();
+        collect(&stage.plan, &executed_by, &mut found);
+        found.into_values().next().expect("a merge read")
+    }
+
+    #[test]
+    fn a_merge_under_a_union_is_read_by_the_one_task_executing_it() {
+        // Union partitions: 0..3 from the left input, 3 from the merge.
+        let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(source(4)));
+        let plan = UnionExec::try_new(vec![source(3), merged]).unwrap();
+        let graph = build_job_graph(plan).unwrap();
+        let final_stage = graph.final_stage();
+        assert_eq!(final_stage.tasks, 4);
+        assert_eq!(merge_read_of(final_stage), vec![3]);
+        assert_eq!(graph.stages[0].output, StageOutput::Broadcast { channels: 1 });
+    }
+
+    #[test]
+    fn a_collected_build_side_is_read_by_every_task() {
+        let build: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(source(4)));
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(CrossJoinExec::new(build, source(3)));
+        let graph = build_job_graph(plan).unwrap();
+        let final_stage = graph.final_stage();
+        assert_eq!(final_stage.tasks, 3);
+        assert_eq!(merge_read_of(final_stage), vec![0, 1, 2]);
+        assert_eq!(graph.stages[0].output, StageOutput::Broadcast { channels: 3 });
+    }
+}
