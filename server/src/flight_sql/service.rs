@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::statements::StatementStore;
 use crate::coordinator::Coordinator;
+use crate::output::flight_batches::for_flight;
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,
@@ -111,7 +112,14 @@ impl FlightSqlService for SquadronFlightSql {
         let planned = self.statements.take(handle)?;
         let schema = planned.schema.clone();
         let job_id = handle.to_string();
-        let batches = self.coordinator.execute(&job_id, planned).await?;
+        let batches = self
+            .coordinator
+            .execute(&job_id, planned)
+            .await?
+            .map_ok(|batch| {
+                futures::stream::iter(for_flight(batch).into_iter().map(Ok::<_, Status>))
+            })
+            .try_flatten();
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches.map_err(FlightError::from))

@@ -157,7 +157,10 @@ mod tests {
         let final_stage = graph.final_stage();
         assert_eq!(final_stage.tasks, 4);
         assert_eq!(merge_read_of(final_stage), vec![3]);
-        assert_eq!(graph.stages[0].output, StageOutput::Broadcast { channels: 1 });
+        assert_eq!(
+            graph.stages[0].output,
+            StageOutput::Broadcast { channels: 1 }
+        );
     }
 
     #[test]
@@ -168,6 +171,9 @@ mod tests {
         let final_stage = graph.final_stage();
         assert_eq!(final_stage.tasks, 3);
         assert_eq!(merge_read_of(final_stage), vec![0, 1, 2]);
-        assert_eq!(graph.stages[0].output, StageOutput::Broadcast { channels: 3 });
+        assert_eq!(
+            graph.stages[0].output,
+            StageOutput::Broadcast { channels: 3 }
+        );
     }
 }
