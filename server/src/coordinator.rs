@@ -163,7 +163,13 @@ impl Coordinator {
         }
         let offset = self.next_worker.fetch_add(1, Ordering::Relaxed);
         let placement = Placement::round_robin(&graph, workers, offset);
+        let started = std::time::Instant::now();
         let job = start_job(job_id, &graph, &placement, &self.clients).await?;
+        tracing::debug!(
+            job_id,
+            dispatch_ms = started.elapsed().as_millis() as u64,
+            "all tasks accepted"
+        );
         self.remember(job_id, &graph, &placement);
         Ok(job_output(job, &graph, &placement, &self.clients))
     }

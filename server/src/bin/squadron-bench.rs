@@ -13,7 +13,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
 use squadron_server::catalog::tpch;
-use squadron_server::{start, ServerOptions};
+use squadron_server::{coordinator_session_config, start, ServerOptions};
 use tonic::transport::Channel;
 
 #[derive(Parser, Debug)]
@@ -99,6 +99,17 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+fn print_row(name: &str, squadron: Duration, datafusion: Duration, configured: Duration) {
+    println!(
+        "{:>5} {:>12.1} {:>14.1} {:>8.2} {:>18.1}",
+        name,
+        ms(squadron),
+        ms(datafusion),
+        squadron.as_secs_f64() / datafusion.as_secs_f64(),
+        ms(configured)
+    );
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -126,8 +137,14 @@ async fn main() -> anyhow::Result<()> {
     let mut client = FlightSqlServiceClient::new(channel);
 
     let ctx = SessionContext::new();
+    // Single node again, but planned the way the coordinator plans (no
+    // dynamic filters, scalar subqueries as joins, Squadron's partitions):
+    // separates what that planning costs from what distribution costs.
+    let partitions = args.partitions.unwrap_or(4);
+    let ctx_cfg = SessionContext::new_with_config(coordinator_session_config(partitions));
     for t in &tables {
         t.register(&ctx).await?;
+        t.register(&ctx_cfg).await?;
     }
 
     println!(
@@ -135,13 +152,13 @@ async fn main() -> anyhow::Result<()> {
         args.scale, args.iterations
     );
     println!(
-        "{:>5} {:>12} {:>12} {:>8}",
-        "query", "squadron ms", "datafusion ms", "ratio"
+        "{:>5} {:>12} {:>14} {:>8} {:>18}",
+        "query", "squadron ms", "datafusion ms", "ratio", "df squadron-cfg ms"
     );
-    let (mut total_s, mut total_d) = (Duration::ZERO, Duration::ZERO);
+    let (mut total_s, mut total_d, mut total_c) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for n in queries {
         let sql = std::fs::read_to_string(args.query_dir.join(format!("q{n}.sql")))?;
-        let (mut ts, mut td) = (vec![], vec![]);
+        let (mut ts, mut td, mut tc) = (vec![], vec![], vec![]);
         for _ in 0..args.iterations.max(1) {
             let start = Instant::now();
             let rows_s = flight_sql(&mut client, &sql).await?;
@@ -149,28 +166,20 @@ async fn main() -> anyhow::Result<()> {
             let start = Instant::now();
             let rows_d = single_node(&ctx, &sql).await?;
             td.push(start.elapsed());
+            let start = Instant::now();
+            single_node(&ctx_cfg, &sql).await?;
+            tc.push(start.elapsed());
             if rows_s != rows_d {
                 anyhow::bail!("q{n}: Squadron returned {rows_s} rows, DataFusion {rows_d}");
             }
         }
-        let (s, d) = (median(ts), median(td));
+        let (s, d, c) = (median(ts), median(td), median(tc));
         total_s += s;
         total_d += d;
-        println!(
-            "{:>5} {:>12.1} {:>12.1} {:>8.2}",
-            format!("q{n}"),
-            ms(s),
-            ms(d),
-            s.as_secs_f64() / d.as_secs_f64()
-        );
+        total_c += c;
+        print_row(&format!("q{n}"), s, d, c);
     }
-    println!(
-        "{:>5} {:>12.1} {:>12.1} {:>8.2}",
-        "total",
-        ms(total_s),
-        ms(total_d),
-        total_s.as_secs_f64() / total_d.as_secs_f64()
-    );
+    print_row("total", total_s, total_d, total_c);
     drop(workers);
     Ok(())
 }
