@@ -112,6 +112,7 @@ fn print_row(name: &str, squadron: Duration, datafusion: Duration, configured: D
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    squadron_worker::logging::init();
     let args = Args::parse();
     let queries: Vec<usize> = if args.queries.is_empty() {
         (1..=22).collect()
