@@ -33,10 +33,7 @@ pub struct PlannedQuery {
 #[derive(Debug, Clone)]
 pub enum Work {
     /// A query to run on the workers.
-    Distributed {
-        plan: Arc<dyn ExecutionPlan>,
-        graph: JobGraph,
-    },
+    Distributed(JobGraph),
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
 }
@@ -136,10 +133,11 @@ impl Coordinator {
                     .create_physical_plan(&logical)
                     .await
                     .map_err(|e| to_status(&e))?;
-                let graph = build_job_graph(plan.clone()).map_err(|e| to_status(&e))?;
+                let schema = plan.schema();
+                let graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
                 Ok(PlannedQuery {
-                    schema: plan.schema(),
-                    work: Work::Distributed { plan, graph },
+                    schema,
+                    work: Work::Distributed(graph),
                 })
             }
         }
@@ -155,7 +153,7 @@ impl Coordinator {
                 }
                 return Ok(ReceiverStream::new(rx));
             }
-            Work::Distributed { graph, .. } => graph,
+            Work::Distributed(graph) => graph,
         };
         let workers = self.resolver.get_urls();
         if workers.is_empty() {
