@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use squadron_worker::client::PeerClients;
 use squadron_worker::error::to_status;
