@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs every Squadron test on a fresh machine: builds once (debug), runs the
-# Rust unit and cluster tests, then the client tests in integration/ with
-# the real Python drivers (installed into integration/.venv).
+# Runs every Squadron test on a fresh machine: format and lint checks, one
+# debug build, the Rust unit and cluster tests, then the client tests in
+# integration/ with the real Python drivers (installed into integration/.venv).
 set -euo pipefail
 cd "$(dirname "$0")"
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== build"
 cargo build --workspace --bins --tests --locked
