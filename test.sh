@@ -11,6 +11,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== build"
 cargo build --workspace --bins --tests --locked
+# The README's run command names no binary: it must resolve.
+cargo run --quiet --locked -p squadron-server -- --help > /dev/null
 
 echo "== rust tests"
 cargo test --workspace --locked
