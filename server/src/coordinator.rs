@@ -75,10 +75,6 @@ impl Coordinator {
         }
     }
 
-    pub fn session(&self) -> &SessionContext {
-        &self.ctx
-    }
-
     /// Plans one SQL statement.
     pub async fn plan(&self, sql: &str) -> Result<PlannedQuery, Status> {
         let state = self.ctx.state();

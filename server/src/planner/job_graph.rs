@@ -18,15 +18,6 @@ pub enum StageOutput {
     Broadcast { channels: usize },
 }
 
-impl StageOutput {
-    pub fn channels(&self) -> usize {
-        match self {
-            Self::JobOutput => 1,
-            Self::Repartition { channels } | Self::Broadcast { channels } => *channels,
-        }
-    }
-}
-
 /// One stage: a plan fragment run as one task per output partition.
 #[derive(Debug, Clone)]
 pub struct Stage {
