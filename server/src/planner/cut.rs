@@ -128,6 +128,7 @@ impl Cutter {
         let input = Arc::clone(plan.children()[0]);
         let tasks = input.output_partitioning().partition_count();
         let schema = input.schema();
+        // The channel count is set once the readers are known (`readers`).
         let id = self.push_stage(input, tasks, StageOutput::Broadcast { channels: 1 });
         let read = Arc::new(StageReadExec::new(
             id as u32,

@@ -110,15 +110,18 @@ impl StageReadExec {
 
     /// A copy of this placeholder that reads from the given upstream tasks.
     pub fn bind(&self, binding: StageBinding) -> Result<Self> {
-        let expected = match self.mode {
-            ReadMode::Merge => self.partitions,
-            _ => binding.upstream.len(),
+        // A merge read has one partition per upstream task; a shuffle read
+        // reads every upstream task, however many there are.
+        let wrong_count = match self.mode {
+            ReadMode::Merge => binding.upstream.len() != self.partitions,
+            _ => binding.upstream.is_empty(),
         };
-        if binding.upstream.len() != expected || binding.upstream.is_empty() {
+        if wrong_count {
             return internal_err!(
-                "stage {} input has {} upstream tasks, expected {expected}",
+                "stage {} input has {} upstream tasks ({} partitions)",
                 self.stage_id,
-                binding.upstream.len()
+                binding.upstream.len(),
+                self.partitions
             );
         }
         if self.mode == ReadMode::Merge && !self.readers.contains(&binding.consumer_partition) {
