@@ -6,5 +6,7 @@ pub mod v1 {
 }
 
 mod ticket;
+mod version;
 
 pub use ticket::StreamKey;
+pub use version::PROTOCOL_VERSION;

@@ -2,8 +2,8 @@
 //! keeps a short record of recent jobs.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -14,10 +14,10 @@ use squadron_worker::error::to_status;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use crate::cluster::WorkerResolver;
-use crate::output::{job_output, JobStream};
-use crate::planner::{build_job_graph, JobGraph};
-use crate::scheduler::{start_job, Placement};
+use crate::cluster::{WorkerHealth, WorkerResolver};
+use crate::output::{JobStream, OUTPUT_BUFFER};
+use crate::planner::{build_job_graph, encode_stages, JobGraph};
+use crate::scheduler::{Admission, JobReport, JobRunner, Placement};
 
 /// How many finished jobs `recent_jobs` remembers.
 const JOB_HISTORY: usize = 256;
@@ -31,8 +31,8 @@ pub struct PlannedQuery {
 
 #[derive(Debug, Clone)]
 pub enum Work {
-    /// A query to run on the workers.
-    Distributed(JobGraph),
+    /// A query to run on the workers, its stage plans encoded.
+    Distributed(Arc<JobGraph>),
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
 }
@@ -56,23 +56,62 @@ impl JobRecord {
     }
 }
 
+/// How the coordinator runs jobs.
+#[derive(Debug, Clone)]
+pub struct JobLimits {
+    /// Attempts per job when workers are lost (`--task-max-attempts`).
+    pub max_attempts: u32,
+    /// A job still running after this is stopped with DEADLINE_EXCEEDED.
+    pub query_timeout: Option<Duration>,
+    /// Jobs running at once, and waiting for a slot, before RESOURCE_EXHAUSTED.
+    pub max_concurrent_queries: usize,
+    pub max_queued_queries: usize,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            query_timeout: None,
+            max_concurrent_queries: 32,
+            max_queued_queries: 128,
+        }
+    }
+}
+
 pub struct Coordinator {
     ctx: SessionContext,
-    resolver: Arc<dyn WorkerResolver>,
-    clients: PeerClients,
-    next_worker: AtomicUsize,
-    history: Mutex<VecDeque<JobRecord>>,
+    runner: Arc<JobRunner>,
+    admission: Admission,
+    query_timeout: Option<Duration>,
+    history: Arc<Mutex<VecDeque<JobRecord>>>,
 }
 
 impl Coordinator {
-    pub fn new(ctx: SessionContext, resolver: Arc<dyn WorkerResolver>) -> Self {
+    pub fn new(
+        ctx: SessionContext,
+        resolver: Arc<dyn WorkerResolver>,
+        health: WorkerHealth,
+        clients: PeerClients,
+        limits: JobLimits,
+    ) -> Self {
         Self {
             ctx,
-            resolver,
-            clients: PeerClients::default(),
-            next_worker: AtomicUsize::new(0),
-            history: Mutex::new(VecDeque::new()),
+            runner: Arc::new(JobRunner::new(
+                resolver,
+                health,
+                clients,
+                limits.max_attempts,
+            )),
+            admission: Admission::new(limits.max_concurrent_queries, limits.max_queued_queries),
+            query_timeout: limits.query_timeout,
+            history: Arc::new(Mutex::new(VecDeque::new())),
         }
+    }
+
+    /// Jobs running now.
+    pub fn running_jobs(&self) -> usize {
+        self.admission.running()
     }
 
     /// Plans one SQL statement.
@@ -129,16 +168,18 @@ impl Coordinator {
                     .await
                     .map_err(|e| to_status(&e))?;
                 let schema = plan.schema();
-                let graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
+                let mut graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
+                encode_stages(&mut graph).map_err(|e| to_status(&e))?;
                 Ok(PlannedQuery {
                     schema,
-                    work: Work::Distributed(graph),
+                    work: Work::Distributed(Arc::new(graph)),
                 })
             }
         }
     }
 
-    /// Runs a planned statement; the stream yields its result.
+    /// Runs a planned statement; the stream yields its result. Waits for
+    /// an admission slot first (or is refused with RESOURCE_EXHAUSTED).
     pub async fn execute(&self, job_id: &str, query: PlannedQuery) -> Result<JobStream, Status> {
         let graph = match query.work {
             Work::Immediate(batches) => {
@@ -150,52 +191,86 @@ impl Coordinator {
             }
             Work::Distributed(graph) => graph,
         };
-        let workers = self.resolver.get_urls();
-        if workers.is_empty() {
-            return Err(Status::unavailable("no workers are available"));
-        }
-        let offset = self.next_worker.fetch_add(1, Ordering::Relaxed);
-        let placement = Placement::round_robin(&graph, workers, offset);
-        let started = std::time::Instant::now();
-        let job = start_job(job_id, &graph, &placement, &self.clients).await?;
-        tracing::debug!(
-            job_id,
-            dispatch_ms = started.elapsed().as_millis() as u64,
-            "all tasks accepted"
-        );
-        self.remember(job_id, &graph, &placement);
-        Ok(job_output(job, &graph, &placement, &self.clients))
-    }
-
-    fn remember(&self, job_id: &str, graph: &JobGraph, placement: &Placement) {
-        let record = JobRecord {
-            job_id: job_id.to_string(),
-            stages: graph.stages.len(),
-            tasks: graph.task_count(),
-            placement: graph
-                .stages
-                .iter()
-                .map(|s| {
-                    (0..s.tasks)
-                        .map(|p| placement.worker_of(s.id, p).to_string())
-                        .collect()
-                })
-                .collect(),
-        };
-        let mut history = self.history.lock().expect("history lock");
-        if history.len() == JOB_HISTORY {
-            history.pop_front();
-        }
-        history.push_back(record);
+        let slot = self.admission.admit().await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
+        let runner = Arc::clone(&self.runner);
+        let history = Arc::clone(&self.history);
+        let timeout = self.query_timeout;
+        let job_id = job_id.to_string();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let started = Instant::now();
+            let run = runner.run(&job_id, &graph, &tx);
+            let report = match timeout {
+                None => run.await,
+                Some(limit) => match tokio::time::timeout(limit, run).await {
+                    Ok(report) => report,
+                    Err(_) => {
+                        // The attempt was dropped with the future: its tasks stop.
+                        let status = Status::deadline_exceeded(format!(
+                            "the query ran longer than {limit:?} (--query-timeout) and was stopped"
+                        ));
+                        let _ = tx.send(Err(status)).await;
+                        JobReport {
+                            outcome: "stopped: query timeout",
+                            attempts: 0,
+                            rows: 0,
+                            placement: None,
+                        }
+                    }
+                },
+            };
+            tracing::info!(
+                job_id,
+                stages = graph.stages.len(),
+                tasks = graph.task_count(),
+                attempts = report.attempts,
+                rows = report.rows,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "job {}",
+                report.outcome
+            );
+            if let Some(placement) = &report.placement {
+                remember(&history, &job_id, &graph, placement);
+            }
+        });
+        Ok(ReceiverStream::new(rx))
     }
 
     /// The most recent jobs, oldest first.
     pub fn recent_jobs(&self) -> Vec<JobRecord> {
         self.history
             .lock()
-            .expect("history lock")
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .cloned()
             .collect()
     }
+}
+
+fn remember(
+    history: &Mutex<VecDeque<JobRecord>>,
+    job_id: &str,
+    graph: &JobGraph,
+    placement: &Placement,
+) {
+    let record = JobRecord {
+        job_id: job_id.to_string(),
+        stages: graph.stages.len(),
+        tasks: graph.task_count(),
+        placement: graph
+            .stages
+            .iter()
+            .map(|s| {
+                (0..s.tasks)
+                    .map(|p| placement.worker_of(s.id, p).to_string())
+                    .collect()
+            })
+            .collect(),
+    };
+    let mut history = history.lock().unwrap_or_else(|e| e.into_inner());
+    if history.len() == JOB_HISTORY {
+        history.pop_front();
+    }
+    history.push_back(record);
 }

@@ -4,9 +4,9 @@
 //!
 //! - `flight_sql/`: the client-facing service, statement handles, errors
 //! - `planner/`: physical plan → job graph (stages)
-//! - `scheduler/`: task placement and dispatch (RunTask)
+//! - `scheduler/`: admission, task placement, dispatch (RunTask), retries
 //! - `output/`: the job output merging the final stage's streams
-//! - `cluster/`: where the workers are (`WorkerResolver`)
+//! - `cluster/`: where the workers are (`WorkerResolver`) and which answer
 //! - `catalog/`: tables from the command line, TPC-H sample data
 
 pub mod catalog;
@@ -18,5 +18,5 @@ pub mod planner;
 pub mod scheduler;
 mod server;
 
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, JobLimits};
 pub use server::{coordinator_session_config, start, RunningServer, ServerOptions};

@@ -2,10 +2,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 use squadron_server::catalog::{tpch, TableSpec};
-use squadron_server::{start, ServerOptions};
+use squadron_server::{start, JobLimits, ServerOptions};
+use squadron_worker::shutdown::parse_bytes;
 
 /// Squadron: a distributed SQL query engine that speaks Arrow Flight SQL.
 ///
@@ -47,6 +49,58 @@ struct Args {
     /// Partitions (tasks) per stage; default twice the number of workers.
     #[arg(long)]
     partitions: Option<usize>,
+
+    /// A planning option, e.g.
+    /// datafusion.optimizer.hash_join_single_partition_threshold=0.
+    /// Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+
+    /// Attempts per query when workers are lost (re-run on the healthy
+    /// workers while no row has reached the client).
+    #[arg(long, default_value_t = 3)]
+    task_max_attempts: u32,
+
+    /// Stop a query that runs longer than this many seconds (default: no
+    /// limit).
+    #[arg(long)]
+    query_timeout: Option<f64>,
+
+    /// Queries that run at once; more wait in a queue.
+    #[arg(long, default_value_t = 32)]
+    max_concurrent_queries: usize,
+
+    /// Queries that may wait for a slot; beyond that a query is refused at
+    /// once with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 128)]
+    max_queued_queries: usize,
+
+    /// Memory for query execution in each embedded worker, e.g. 2G
+    /// (default: unlimited).
+    #[arg(long, value_parser = parse_bytes)]
+    worker_memory_limit: Option<usize>,
+
+    /// Seconds between health probes of the workers.
+    #[arg(long, default_value_t = 2.0)]
+    health_interval: f64,
+
+    /// On SIGTERM, seconds to let running queries finish before exiting.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace: u64,
+}
+
+fn parse_setting(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
+}
+
+fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("{flag} must be a positive number of seconds"))
 }
 
 #[tokio::main]
@@ -72,13 +126,24 @@ async fn main() -> anyhow::Result<()> {
         local_workers: args.local_workers,
         tables,
         partitions: args.partitions,
+        settings: args.settings,
+        limits: JobLimits {
+            max_attempts: args.task_max_attempts.max(1),
+            query_timeout: args
+                .query_timeout
+                .map(|t| seconds(t, "--query-timeout"))
+                .transpose()?,
+            max_concurrent_queries: args.max_concurrent_queries.max(1),
+            max_queued_queries: args.max_queued_queries,
+        },
+        worker_memory_limit: args.worker_memory_limit,
+        health_interval: seconds(args.health_interval, "--health-interval")?,
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));
     // Tools that start the server read this line for the bound port.
     println!("Squadron Flight SQL server listening on {}", server.uri());
-    tokio::select! {
-        result = server.wait() => result,
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+    server
+        .serve_until_terminated(Duration::from_secs(args.shutdown_grace))
+        .await
 }

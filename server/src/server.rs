@@ -2,18 +2,24 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use squadron_worker::client::MAX_MESSAGE_BYTES;
-use squadron_worker::Worker;
+use squadron_worker::client::{
+    PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
+};
+use squadron_worker::server::incoming;
+use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::task::AbortOnDropHandle;
+use tonic_health::ServingStatus;
 
 use crate::catalog::TableSpec;
-use crate::cluster::{normalize_url, StaticResolver};
+use crate::cluster::{normalize_url, StaticResolver, WorkerHealth, WorkerResolver};
+use crate::coordinator::JobLimits;
 use crate::flight_sql::SquadronFlightSql;
 use crate::Coordinator;
 
@@ -27,6 +33,15 @@ pub struct ServerOptions {
     pub tables: Vec<TableSpec>,
     /// Partitions (tasks) per stage; default twice the number of workers.
     pub partitions: Option<usize>,
+    /// Planning options (`--set KEY=VALUE`), e.g.
+    /// `datafusion.optimizer.prefer_hash_join=false`.
+    pub settings: Vec<(String, String)>,
+    /// Retries, timeout and admission.
+    pub limits: JobLimits,
+    /// Memory limit of each embedded worker.
+    pub worker_memory_limit: Option<usize>,
+    /// How often workers are health-probed.
+    pub health_interval: Duration,
 }
 
 impl Default for ServerOptions {
@@ -37,6 +52,10 @@ impl Default for ServerOptions {
             local_workers: 2,
             tables: vec![],
             partitions: None,
+            settings: vec![],
+            limits: JobLimits::default(),
+            worker_memory_limit: None,
+            health_interval: Duration::from_secs(2),
         }
     }
 }
@@ -49,6 +68,7 @@ pub struct RunningServer {
     pub coordinator: Arc<Coordinator>,
     shutdown: Option<oneshot::Sender<()>>,
     handle: JoinHandle<Result<(), tonic::transport::Error>>,
+    _prober: AbortOnDropHandle<()>,
 }
 
 impl RunningServer {
@@ -57,17 +77,26 @@ impl RunningServer {
         format!("grpc://{}", self.addr)
     }
 
-    /// Serves until the process is interrupted.
-    pub async fn wait(self) -> anyhow::Result<()> {
-        self.handle.await??;
-        Ok(())
+    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully: no new
+    /// calls, running queries get `grace` to finish.
+    pub async fn serve_until_terminated(mut self, grace: Duration) -> anyhow::Result<()> {
+        tokio::select! {
+            result = &mut self.handle => return Ok(result??),
+            _ = squadron_worker::shutdown::termination() => {}
+        }
+        tracing::info!("stopping: no new queries, finishing running ones");
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let handle = tokio::spawn(async move { Ok(self.handle.await??) });
+        squadron_worker::shutdown::drain(handle, grace, "coordinator").await
     }
 
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        self.handle.await??;
+        (&mut self.handle).await??;
         Ok(())
     }
 }
@@ -104,7 +133,12 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         let mut urls = vec![];
         for _ in 0..options.local_workers {
             // Same gRPC and Flight paths as a remote worker, on loopback.
-            let (url, worker) = squadron_worker::spawn_worker("127.0.0.1:0".parse()?).await?;
+            let worker_options = WorkerOptions {
+                memory_limit: options.worker_memory_limit,
+                failpoint: None,
+            };
+            let (url, worker) =
+                squadron_worker::spawn_worker("127.0.0.1:0".parse()?, worker_options).await?;
             urls.push(url);
             local_workers.push(worker);
         }
@@ -113,29 +147,52 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.workers.iter().map(|w| normalize_url(w)).collect()
     };
     let partitions = options.partitions.unwrap_or(2 * workers.len()).max(1);
-    let ctx = SessionContext::new_with_config(coordinator_session_config(partitions));
+    let mut config = coordinator_session_config(partitions);
+    for (key, value) in &options.settings {
+        config
+            .options_mut()
+            .set(key, value)
+            .map_err(|e| anyhow::anyhow!("--set {key}={value}: {e}"))?;
+    }
+    let ctx = SessionContext::new_with_config(config);
     for table in &options.tables {
         table
             .register(&ctx)
             .await
             .map_err(|e| anyhow::anyhow!("table {}: {e}", table.name))?;
     }
+    let resolver: Arc<dyn WorkerResolver> = Arc::new(StaticResolver::new(workers.clone()));
+    let clients = PeerClients::default();
+    let health = WorkerHealth::new(clients.clone());
+    let prober = health.spawn_prober(Arc::clone(&resolver), options.health_interval);
     let coordinator = Arc::new(Coordinator::new(
         ctx,
-        Arc::new(StaticResolver::new(workers.clone())),
+        resolver,
+        health,
+        clients,
+        options.limits.clone(),
     ));
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
     let service = FlightServiceServer::new(SquadronFlightSql::new(coordinator.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
     let (tx, rx) = oneshot::channel::<()>();
     let handle = tokio::spawn(
         tonic::transport::Server::builder()
-            .tcp_nodelay(true)
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .add_service(health_service)
             .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(incoming(listener), async move {
                 let _ = rx.await;
+                health_reporter
+                    .set_service_status("", ServingStatus::NotServing)
+                    .await;
             }),
     );
     Ok(RunningServer {
@@ -145,5 +202,6 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         coordinator,
         shutdown: Some(tx),
         handle,
+        _prober: prober,
     })
 }

@@ -14,7 +14,9 @@ pub mod logging;
 pub mod plan;
 pub mod server;
 pub mod service;
+pub mod shutdown;
 pub mod stream;
 pub mod task;
+pub mod version;
 
-pub use server::{spawn_worker, Worker};
+pub use server::{spawn_worker, Worker, WorkerOptions};

@@ -1,29 +1,66 @@
-//! Serving a worker: the control service and the Flight stream service on
-//! one listener.
+//! Serving a worker: the control service, the Flight stream service and the
+//! gRPC health service on one listener.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
 
-use crate::client::{PeerClients, MAX_MESSAGE_BYTES};
+use crate::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::stream::StreamManager;
-use crate::task::{TaskRegistry, TaskRunner};
+use crate::task::{Failpoint, TaskRegistry, TaskRunner};
+
+/// How to run a worker.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerOptions {
+    /// Memory for query execution (operators and exchange buffers), in
+    /// bytes; unlimited when `None`. Operators that can spill do so when it
+    /// runs short; a query that still needs more fails with
+    /// RESOURCE_EXHAUSTED while other queries keep running.
+    pub memory_limit: Option<usize>,
+    /// Test-only fault injection (see `task::failpoint`).
+    pub failpoint: Option<Arc<Failpoint>>,
+}
 
 /// A worker's shared state.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Worker {
     pub streams: StreamManager,
     pub tasks: TaskRegistry,
     pub clients: PeerClients,
+    runtime: Arc<RuntimeEnv>,
+    failpoint: Option<Arc<Failpoint>>,
 }
 
 impl Worker {
-    /// Serves the worker on a bound listener until `shutdown` resolves.
+    pub fn new(options: WorkerOptions) -> anyhow::Result<Self> {
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = options.memory_limit {
+            // Track the largest consumers so an out-of-memory error names them.
+            let pool: Arc<dyn MemoryPool> = Arc::new(TrackConsumersPool::new(
+                FairSpillPool::new(limit),
+                std::num::NonZeroUsize::new(3).expect("non-zero"),
+            ));
+            runtime = runtime.with_memory_pool(pool);
+        }
+        Ok(Self {
+            streams: StreamManager::default(),
+            tasks: TaskRegistry::default(),
+            clients: PeerClients::default(),
+            runtime: runtime.build_arc()?,
+            failpoint: options.failpoint,
+        })
+    }
+
+    /// Serves the worker on a bound listener until `shutdown` resolves; then
+    /// reports NOT_SERVING, stops accepting and lets in-flight calls end.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -33,12 +70,24 @@ impl Worker {
             self.streams.clone(),
             self.tasks.clone(),
             self.clients.clone(),
+            Arc::clone(&self.runtime),
+            self.failpoint.clone(),
         );
         let control = WorkerControl::new(runner, self.streams.clone(), self.tasks.clone());
         let flight = WorkerFlight::new(self.streams.clone());
-        tokio::spawn(expire_orphaned_streams(self.streams.clone()));
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health.set_service_status("", ServingStatus::Serving).await;
+        let shutdown = async move {
+            shutdown.await;
+            // Load balancers and the coordinator stop sending work first.
+            health
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
+        };
         tonic::transport::Server::builder()
-            .tcp_nodelay(true)
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .add_service(health_service)
             .add_service(
                 WorkerServiceServer::new(control)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -49,19 +98,29 @@ impl Worker {
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .serve_with_incoming_shutdown(incoming(listener), shutdown)
             .await?;
         Ok(())
     }
 }
 
+/// Accepted connections with Nagle off: `Server::tcp_nodelay` applies only
+/// to listeners tonic binds itself, and with Nagle on every small message
+/// (a task status, a short stream) waits for a delayed ACK, about 40 ms.
+pub fn incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// Binds a worker on `addr` and serves it in the background; returns the
 /// URL peers reach it at and its state. Used for the coordinator's embedded
 /// workers.
-pub async fn spawn_worker(addr: SocketAddr) -> anyhow::Result<(String, Worker)> {
+pub async fn spawn_worker(
+    addr: SocketAddr,
+    options: WorkerOptions,
+) -> anyhow::Result<(String, Worker)> {
     let listener = TcpListener::bind(addr).await?;
     let url = format!("http://{}", listener.local_addr()?);
-    let worker = Worker::default();
+    let worker = Worker::new(options)?;
     let serving = worker.clone();
     tokio::spawn(async move {
         if let Err(e) = serving.serve(listener, std::future::pending()).await {
@@ -70,20 +129,3 @@ pub async fn spawn_worker(addr: SocketAddr) -> anyhow::Result<(String, Worker)> 
     });
     Ok((url, worker))
 }
-
-/// Drops streams nobody fetched for a long time. Normally a job's streams
-/// are fetched or dropped by CleanUpJob; this bounds what a coordinator that
-/// died mid-job leaves behind.
-async fn expire_orphaned_streams(streams: StreamManager) {
-    let mut tick = tokio::time::interval(ORPHAN_CHECK_INTERVAL);
-    loop {
-        tick.tick().await;
-        let dropped = streams.drop_older_than(ORPHANED_STREAM_TTL);
-        if dropped > 0 {
-            tracing::warn!(dropped, "dropped task streams nobody fetched");
-        }
-    }
-}
-
-const ORPHAN_CHECK_INTERVAL: Duration = Duration::from_secs(60);
-const ORPHANED_STREAM_TTL: Duration = Duration::from_secs(600);

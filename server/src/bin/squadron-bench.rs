@@ -130,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
         local_workers: 0,
         tables: tables.clone(),
         partitions: args.partitions,
+        ..ServerOptions::default()
     })
     .await?;
     let channel = Channel::from_shared(format!("http://{}", server.addr))?

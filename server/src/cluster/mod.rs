@@ -1,5 +1,7 @@
 //! The worker cluster as the coordinator sees it.
 
+pub mod health;
 pub mod resolver;
 
+pub use health::WorkerHealth;
 pub use resolver::{normalize_url, StaticResolver, WorkerResolver};

@@ -17,6 +17,9 @@
 //! full with a collected build side) first get their probe side merged, so
 //! they run as one task: see `build_side`.
 //!
+//! Only operators on the allow-list (`allow_list`) are split; any other
+//! runs with its whole subtree in one task, or the query is refused.
+//!
 //! With these cuts no stage holds an operator that reads all partitions of
 //! its input except above a merge-mode read, so running each output
 //! partition as an independent task computes exactly the single-node answer.
@@ -31,6 +34,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitio
 use squadron_proto::v1::ReadMode;
 use squadron_worker::plan::StageReadExec;
 
+use super::allow_list::{split_rule, Split};
 use super::build_side::gather_probe_side;
 use super::job_graph::{JobGraph, Stage, StageOutput};
 use super::readers::assign_readers;
@@ -53,6 +57,7 @@ pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
         plan: root,
         tasks,
         output: StageOutput::JobOutput,
+        encoded: Default::default(),
     });
     let mut stages = cutter.stages;
     assign_readers(&mut stages)?;
@@ -65,6 +70,9 @@ struct Cutter {
 
 impl Cutter {
     fn cut(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        if split_rule(&plan)? == Split::WholeInOneTask {
+            return Ok(plan);
+        }
         let plan = gather_probe_side(plan)?;
         let children = plan.children();
         let mut new_children = Vec::with_capacity(children.len());
@@ -153,6 +161,7 @@ impl Cutter {
             plan,
             tasks,
             output,
+            encoded: Default::default(),
         });
         id
     }

@@ -30,6 +30,8 @@ pub struct Stage {
     /// Stages this one reads from.
     pub inputs: Vec<usize>,
     pub output: StageOutput,
+    /// The plan encoded for workers (`encode_stages`), once per stage.
+    pub encoded: bytes::Bytes,
 }
 
 /// A query cut into stages. Stages are in dependency order: every stage

@@ -1,9 +1,12 @@
 //! From a physical plan to a job graph of stages.
 
+pub mod allow_list;
 pub mod build_side;
 pub mod cut;
+pub mod encode;
 pub mod job_graph;
 pub mod readers;
 
 pub use cut::build_job_graph;
+pub use encode::encode_stages;
 pub use job_graph::{JobGraph, Stage, StageOutput};

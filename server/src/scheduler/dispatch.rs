@@ -1,23 +1,30 @@
-//! Running a job: one `RunTask` per task, producers before consumers, then
-//! the job output over the final stage's streams.
+//! Starting one attempt of a job: one `RunTask` per task, producers before
+//! consumers.
 //!
 //! Every task of the job runs at once (stages are pipelined through bounded
 //! buffers), so a stage is dispatched only after each of its input tasks was
 //! ACCEPTED: its output streams then exist when consumers ask for them.
+//!
+//! A `JobAttempt` owns its tasks: every RunTask status stream is held by a
+//! monitor in its `JoinSet`, and dropping the attempt (job end, failure,
+//! retry, client gone, timeout, a dispatch that stopped half-way) aborts the
+//! monitors, which drops the streams, which stops the tasks and frees their
+//! streams on every worker. A `CleanUpJob` call follows as a second line.
 
 use std::time::Duration;
 
 use futures::future::try_join_all;
 use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::{
-    OutputDistribution, RunTaskRequest, StageInput, TaskDefinition, TaskKey, TaskLocation,
-    TaskState, TaskStatus,
+    CleanUpJobRequest, OutputDistribution, RunTaskRequest, StageInput, TaskDefinition, TaskKey,
+    TaskLocation, TaskState, TaskStatus,
 };
+use squadron_proto::PROTOCOL_VERSION;
 use squadron_worker::client::PeerClients;
-use squadron_worker::plan::encode_plan;
+use squadron_worker::version::engine_build;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tonic::{Status, Streaming};
+use tokio::task::JoinSet;
+use tonic::{Code, Status, Streaming};
 
 use super::placement::Placement;
 use crate::planner::{JobGraph, Stage, StageOutput};
@@ -25,77 +32,87 @@ use crate::planner::{JobGraph, Stage, StageOutput};
 /// How long a worker may take to accept a task.
 const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A job whose tasks all run; its failures arrive on `failures`.
-pub struct RunningJob {
+/// Why a task or a dispatch failed, and the worker that went away if that
+/// is what happened.
+#[derive(Debug, Clone)]
+pub struct TaskFailure {
+    pub status: Status,
+    pub lost_worker: Option<String>,
+}
+
+/// One attempt of a job whose tasks all run; its failures arrive on
+/// `failures`. Dropping it stops every task.
+pub struct JobAttempt {
     pub job_id: String,
-    pub failures: mpsc::Receiver<Status>,
-    monitors: Vec<JoinHandle<()>>,
+    pub attempt: u32,
+    pub failures: mpsc::Receiver<TaskFailure>,
+    monitors: JoinSet<()>,
     workers: Vec<String>,
     clients: PeerClients,
 }
 
-impl RunningJob {
-    /// Stops whatever still runs and drops the job's streams on every worker.
-    pub fn clean_up(self) {
-        for monitor in &self.monitors {
-            // Dropping a RunTask status stream stops that task.
-            monitor.abort();
+impl Drop for JobAttempt {
+    fn drop(&mut self) {
+        // Dropping a RunTask status stream stops that task and frees its
+        // streams; the monitors hold them.
+        self.monitors.abort_all();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let request = CleanUpJobRequest {
+                job_id: self.job_id.clone(),
+                attempt: self.attempt,
+            };
+            let workers = std::mem::take(&mut self.workers);
+            let clients = self.clients.clone();
+            runtime.spawn(clean_up_workers(request, workers, clients));
         }
-        clean_up_workers(self.job_id, self.workers, self.clients);
     }
 }
 
-fn clean_up_workers(job_id: String, workers: Vec<String>, clients: PeerClients) {
-    tokio::spawn(async move {
-        for url in workers {
-            let request = squadron_proto::v1::CleanUpJobRequest {
-                job_id: job_id.clone(),
-            };
-            let result = match clients.worker(&url) {
-                Ok(mut client) => client.clean_up_job(request).await.map(|_| ()),
-                Err(e) => Err(Status::unavailable(e.to_string())),
-            };
-            if let Err(e) = result {
-                tracing::warn!(job_id, url, "cleaning up the job failed: {}", e.message());
-            }
+async fn clean_up_workers(request: CleanUpJobRequest, workers: Vec<String>, clients: PeerClients) {
+    for url in workers {
+        let result = match clients.worker(&url) {
+            Ok(mut client) => client.clean_up_job(request.clone()).await.map(|_| ()),
+            Err(e) => Err(Status::unavailable(e.to_string())),
+        };
+        if let Err(e) = result {
+            tracing::debug!(
+                job_id = request.job_id,
+                url,
+                "cleaning up the job failed: {}",
+                e.message()
+            );
         }
-    });
+    }
 }
 
 /// Dispatches every task of `graph` as placed; returns once all are accepted.
 pub async fn start_job(
     job_id: &str,
+    attempt: u32,
     graph: &JobGraph,
     placement: &Placement,
     clients: &PeerClients,
-) -> Result<RunningJob, Status> {
-    let (failure_tx, failures) = mpsc::channel(1);
-    let mut job = RunningJob {
+) -> Result<JobAttempt, TaskFailure> {
+    let (failure_tx, failures) = mpsc::channel(graph.task_count().max(1));
+    let mut job = JobAttempt {
         job_id: job_id.to_string(),
+        attempt,
         failures,
-        monitors: vec![],
+        monitors: JoinSet::new(),
         workers: placement.workers_used(),
         clients: clients.clone(),
     };
+    let engine = engine_build();
     for stage in &graph.stages {
-        let plan = encode_plan(stage.plan.clone())
-            .map_err(|e| Status::internal(format!("encoding stage {}: {e}", stage.id)))?;
         let accepts = (0..stage.tasks).map(|partition| {
-            let request = task_request(job_id, graph, stage, partition, placement, &plan);
+            let mut request = task_request(job_id, attempt, graph, stage, partition, placement);
+            request.engine_build = engine.clone();
             let url = placement.worker_of(stage.id, partition).to_string();
             dispatch(clients, url, request)
         });
-        match try_join_all(accepts).await {
-            Ok(streams) => {
-                for (url, stream) in streams {
-                    job.monitors
-                        .push(tokio::spawn(monitor(url, stream, failure_tx.clone())));
-                }
-            }
-            Err(e) => {
-                job.clean_up();
-                return Err(e);
-            }
+        // On failure `job` is dropped here with the monitors started so far.
+        for (url, stream) in try_join_all(accepts).await? {
+            job.monitors.spawn(monitor(url, stream, failure_tx.clone()));
         }
     }
     Ok(job)
@@ -106,11 +123,12 @@ async fn dispatch(
     clients: &PeerClients,
     url: String,
     request: RunTaskRequest,
-) -> Result<(String, Streaming<TaskStatus>), Status> {
-    let task = describe(&request);
-    let mut client = clients
-        .worker(&url)
-        .map_err(|e| Status::unavailable(e.to_string()))?;
+) -> Result<(String, Streaming<TaskStatus>), TaskFailure> {
+    let task = task_name(request.key.as_ref(), request.attempt);
+    let mut client = clients.worker(&url).map_err(|e| TaskFailure {
+        status: Status::invalid_argument(e.to_string()),
+        lost_worker: None,
+    })?;
     let accepted = async {
         let mut stream = client.run_task(request).await?.into_inner();
         match stream.message().await? {
@@ -123,51 +141,94 @@ async fn dispatch(
             None => Err(Status::unavailable("worker closed the task stream")),
         }
     };
-    match tokio::time::timeout(ACCEPT_TIMEOUT, accepted).await {
-        Ok(Ok(stream)) => Ok((url, stream)),
-        Ok(Err(status)) => Err(Status::new(
+    let status = match tokio::time::timeout(ACCEPT_TIMEOUT, accepted).await {
+        Ok(Ok(stream)) => return Ok((url, stream)),
+        Ok(Err(status)) => Status::new(
             status.code(),
             format!("starting task {task} on {url}: {}", status.message()),
-        )),
-        Err(_) => Err(Status::deadline_exceeded(format!(
+        ),
+        Err(_) => Status::unavailable(format!(
             "worker {url} did not accept task {task} in {ACCEPT_TIMEOUT:?}"
-        ))),
+        )),
+    };
+    // A worker that refused the task answered: it is there. Anything else
+    // (no connection, a reset, silence) may be a lost worker.
+    let lost = !answered(status.code());
+    if lost {
+        clients.forget_if_broken(&url, Code::Unavailable);
     }
+    Err(TaskFailure {
+        status,
+        lost_worker: lost.then_some(url),
+    })
 }
 
-/// Watches one task until it ends; reports a failure or a lost worker.
-async fn monitor(url: String, mut stream: Streaming<TaskStatus>, failures: mpsc::Sender<Status>) {
+/// Codes a live worker answers with on purpose.
+fn answered(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::AlreadyExists
+            | Code::NotFound
+            | Code::Unimplemented
+            | Code::ResourceExhausted
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+    )
+}
+
+/// Watches one task. A failure is reported; after success the status
+/// stream is held open until the job ends, because it owns the task's
+/// output streams on the worker.
+async fn monitor(
+    url: String,
+    mut stream: Streaming<TaskStatus>,
+    failures: mpsc::Sender<TaskFailure>,
+) {
     let failure = match stream.message().await {
-        Ok(Some(s)) if s.state() == TaskState::Succeeded => return,
-        Ok(Some(s)) => Status::new(
-            failure_code(&s),
-            format!(
-                "task {} on {url} {:?}: {}",
-                task_name(s.key.as_ref(), s.attempt),
-                s.state(),
-                s.message
+        Ok(Some(s)) if s.state() == TaskState::Succeeded => {
+            std::future::pending::<()>().await;
+            return;
+        }
+        Ok(Some(s)) => TaskFailure {
+            status: Status::new(
+                failure_code(&s),
+                format!(
+                    "task {} on {url} {:?}: {}",
+                    task_name(s.key.as_ref(), s.attempt),
+                    s.state(),
+                    s.message
+                ),
             ),
-        ),
-        Ok(None) => Status::unavailable(format!("worker {url} closed a task stream")),
-        Err(e) => Status::unavailable(format!("lost worker {url}: {}", e.message())),
+            lost_worker: None,
+        },
+        Ok(None) => TaskFailure {
+            status: Status::unavailable(format!("worker {url} closed a task stream")),
+            lost_worker: Some(url),
+        },
+        Err(e) => TaskFailure {
+            status: Status::unavailable(format!("lost worker {url}: {}", e.message())),
+            lost_worker: Some(url),
+        },
     };
     let _ = failures.try_send(failure);
 }
 
-fn failure_code(status: &TaskStatus) -> tonic::Code {
-    match tonic::Code::from(status.code) {
-        tonic::Code::Ok => tonic::Code::Internal,
+fn failure_code(status: &TaskStatus) -> Code {
+    match Code::from(status.code) {
+        Code::Ok => Code::Internal,
         code => code,
     }
 }
 
 fn task_request(
     job_id: &str,
+    attempt: u32,
     graph: &JobGraph,
     stage: &Stage,
     partition: usize,
     placement: &Placement,
-    plan: &[u8],
 ) -> RunTaskRequest {
     let mut peers: Vec<String> = vec![];
     let mut peer_index = |url: &str| match peers.iter().position(|p| p == url) {
@@ -185,7 +246,7 @@ fn task_request(
             tasks: (0..graph.stages[input].tasks)
                 .map(|p| TaskLocation {
                     partition: p as u32,
-                    attempt: 0,
+                    attempt,
                     peer: peer_index(placement.worker_of(input, p)),
                 })
                 .collect(),
@@ -203,9 +264,9 @@ fn task_request(
             stage_id: stage.id as u32,
             partition: partition as u32,
         }),
-        attempt: 0,
+        attempt,
         definition: Some(TaskDefinition {
-            plan: plan.to_vec(),
+            plan: stage.encoded.to_vec(),
             inputs,
             output: Some(OutputDistribution {
                 kind: kind as i32,
@@ -213,11 +274,9 @@ fn task_request(
             }),
         }),
         peers,
+        protocol_version: PROTOCOL_VERSION,
+        engine_build: String::new(),
     }
-}
-
-fn describe(request: &RunTaskRequest) -> String {
-    task_name(request.key.as_ref(), request.attempt)
 }
 
 fn task_name(key: Option<&TaskKey>, attempt: u32) -> String {

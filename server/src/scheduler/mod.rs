@@ -1,7 +1,11 @@
-//! Placing tasks on workers and running them.
+//! Admitting, placing, dispatching and retrying jobs.
 
+pub mod admission;
 pub mod dispatch;
+pub mod job_runner;
 pub mod placement;
 
-pub use dispatch::{start_job, RunningJob};
+pub use admission::Admission;
+pub use dispatch::{start_job, JobAttempt, TaskFailure};
+pub use job_runner::{JobReport, JobRunner};
 pub use placement::Placement;

@@ -93,6 +93,7 @@ pub async fn coordinator(workers: Vec<String>, tables: Vec<TableSpec>) -> Runnin
         local_workers: 2,
         tables,
         partitions: Some(4),
+        ..ServerOptions::default()
     })
     .await
     .expect("starting the coordinator")

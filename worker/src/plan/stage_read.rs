@@ -259,7 +259,7 @@ fn local_stream(
     pending: PendingStream,
     key: StreamKey,
 ) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static {
-    tokio_stream::wrappers::ReceiverStream::new(pending.receiver).map(move |item| {
+    pending.reader.map(move |item| {
         item.map_err(|status| {
             let status = tonic::Status::new(
                 status.code(),

@@ -43,19 +43,22 @@ impl WorkerService for WorkerControl {
         let prepared = self.runner.prepare(request.into_inner())?;
         let key = prepared.key().clone();
         let accepted = status(&key, TaskState::Accepted);
-        let (done, guard) = self.runner.start(prepared);
+        let (done, owner) = self.runner.start(prepared);
         let finished = async move {
-            // The sender is dropped without a status only if the task was aborted.
+            // The task always sends its status; a runtime shutting down is
+            // the only way to lose it.
             Ok(done
                 .await
                 .unwrap_or_else(|_| status(&key, TaskState::Cancelled)))
         };
         let stream = futures::stream::once(async move { Ok(accepted) })
             .chain(futures::stream::once(finished))
-            // The guard lives as long as the stream: the coordinator hanging
-            // up on RunTask stops the task.
+            // The stream stays open after the final status: it owns the
+            // task's unread output streams until the coordinator ends the
+            // job and drops it.
+            .chain(futures::stream::pending())
             .map(move |item| {
-                let _ = &guard;
+                let _ = &owner;
                 item
             });
         Ok(Response::new(stream.boxed()))
@@ -82,12 +85,12 @@ impl WorkerService for WorkerControl {
         &self,
         request: Request<CleanUpJobRequest>,
     ) -> Result<Response<CleanUpJobResponse>, Status> {
-        let job_id = request.into_inner().job_id;
-        if job_id.is_empty() {
+        let request = request.into_inner();
+        if request.job_id.is_empty() {
             return Err(Status::invalid_argument("CleanUpJob needs a job id"));
         }
-        let tasks_stopped = self.tasks.stop_job(&job_id) as u32;
-        let streams_dropped = self.streams.drop_job(&job_id) as u32;
+        let tasks_stopped = self.tasks.stop_job(&request.job_id, request.attempt) as u32;
+        let streams_dropped = self.streams.drop_job(&request.job_id, request.attempt) as u32;
         Ok(Response::new(CleanUpJobResponse {
             tasks_stopped,
             streams_dropped,

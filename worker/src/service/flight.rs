@@ -11,12 +11,15 @@ use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use futures::{Stream, StreamExt, TryStreamExt};
 use squadron_proto::StreamKey;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::stream::StreamManager;
+use crate::stream::end_marker::end_message;
+use crate::stream::{PendingStream, StreamManager};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -28,6 +31,37 @@ impl WorkerFlight {
     pub fn new(streams: StreamManager) -> Self {
         Self { streams }
     }
+}
+
+/// A task output stream as Flight data: the schema, the batches, then the
+/// completion marker. The reader yields its end only when the producer
+/// finished, so the marker is never sent for a stream cut short; after an
+/// error nothing more is sent.
+fn serve_stream(pending: PendingStream) -> impl Stream<Item = Result<FlightData, Status>> {
+    let (rows, batches) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (counted_rows, counted_batches) = (Arc::clone(&rows), Arc::clone(&batches));
+    let data = pending.reader.map(move |item| {
+        let batch = item.map_err(FlightError::from)?;
+        counted_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        counted_batches.fetch_add(1, Ordering::Relaxed);
+        Ok(batch)
+    });
+    let end = futures::stream::once(async move {
+        Ok(end_message(
+            rows.load(Ordering::Relaxed),
+            batches.load(Ordering::Relaxed),
+        ))
+    });
+    FlightDataEncoderBuilder::new()
+        .with_schema(pending.schema)
+        .build(data)
+        .chain(end)
+        .map_err(Status::from)
+        .scan(false, |failed, item| {
+            let stop = *failed;
+            *failed |= item.is_err();
+            futures::future::ready((!stop).then_some(item))
+        })
 }
 
 fn not_here(call: &str) -> Status {
@@ -55,12 +89,7 @@ impl FlightService for WorkerFlight {
             .streams
             .take(&key)
             .ok_or_else(|| Status::not_found(format!("no task stream {key} on this worker")))?;
-        let batches = ReceiverStream::new(pending.receiver).map_err(FlightError::from);
-        let flight = FlightDataEncoderBuilder::new()
-            .with_schema(pending.schema)
-            .build(batches)
-            .map_err(Status::from);
-        Ok(Response::new(flight.boxed()))
+        Ok(Response::new(serve_stream(pending).boxed()))
     }
 
     async fn handshake(

@@ -1,35 +1,30 @@
 //! Output streams of running tasks, waiting to be fetched.
 //!
-//! A task registers one bounded channel per output channel before it is
-//! ACCEPTED; a consumer's `DoGet` takes the receiving end exactly once. The
-//! bound is the backpressure: a producer whose consumer is slow (or has not
-//! connected yet) waits instead of buffering without limit.
+//! A task registers one reader per output channel before it is ACCEPTED; a
+//! consumer's `DoGet` (or a task on this worker, directly) takes it exactly
+//! once. An entry's owner is its task's RunTask stream: when the coordinator
+//! drops that stream (job end, cancel, coordinator gone) the task's unread
+//! streams go with it. Entries never expire by age, so a stream read late
+//! (a probe side waiting behind a long build) is still there.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::RecordBatch;
 use squadron_proto::StreamKey;
-use tokio::sync::mpsc;
 use tonic::Status;
 
-/// Batches buffered per output channel before the producer waits.
-pub const CHANNEL_CAPACITY: usize = 4;
-
-pub type BatchResult = Result<RecordBatch, Status>;
+use super::channel::OutputReader;
 
 /// A registered stream not yet fetched.
 pub struct PendingStream {
     pub schema: SchemaRef,
-    pub receiver: mpsc::Receiver<BatchResult>,
-    registered: Instant,
+    pub reader: OutputReader,
 }
 
 #[derive(Clone, Default)]
 pub struct StreamManager {
-    // Entries leave when fetched, or when their job is cleaned up.
     pending: Arc<DashMap<StreamKey, PendingStream>>,
 }
 
@@ -42,16 +37,32 @@ impl std::fmt::Debug for StreamManager {
 }
 
 impl StreamManager {
-    /// Registers an output channel; returns the producer's end.
-    pub fn register(&self, key: StreamKey, schema: SchemaRef) -> mpsc::Sender<BatchResult> {
-        let (sender, receiver) = mpsc::channel(CHANNEL_CAPACITY);
-        let stream = PendingStream {
-            schema,
-            receiver,
-            registered: Instant::now(),
-        };
-        self.pending.insert(key, stream);
-        sender
+    /// Registers the readers of one task's channels, all or none: a key
+    /// that is already registered is refused, never overwritten.
+    pub fn register(
+        &self,
+        streams: Vec<(StreamKey, OutputReader)>,
+        schema: &SchemaRef,
+    ) -> Result<(), Status> {
+        let mut registered = Vec::with_capacity(streams.len());
+        for (key, reader) in streams {
+            match self.pending.entry(key.clone()) {
+                Entry::Occupied(_) => {
+                    self.drop_keys(&registered);
+                    return Err(Status::already_exists(format!(
+                        "task stream {key} is already registered"
+                    )));
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(PendingStream {
+                        schema: Arc::clone(schema),
+                        reader,
+                    });
+                    registered.push(key);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes a stream for its one consumer.
@@ -59,17 +70,18 @@ impl StreamManager {
         self.pending.remove(key).map(|(_, stream)| stream)
     }
 
-    /// Drops every unfetched stream of a job; returns how many.
-    pub fn drop_job(&self, job_id: &str) -> usize {
-        let before = self.pending.len();
-        self.pending.retain(|key, _| key.job_id != job_id);
-        before.saturating_sub(self.pending.len())
+    /// Drops the given streams if still unread; returns how many.
+    pub fn drop_keys(&self, keys: &[StreamKey]) -> usize {
+        keys.iter()
+            .filter(|k| self.pending.remove(*k).is_some())
+            .count()
     }
 
-    /// Drops streams registered more than `age` ago; returns how many.
-    pub fn drop_older_than(&self, age: Duration) -> usize {
+    /// Drops every unread stream of one attempt of a job; returns how many.
+    pub fn drop_job(&self, job_id: &str, attempt: u32) -> usize {
         let before = self.pending.len();
-        self.pending.retain(|_, s| s.registered.elapsed() <= age);
+        self.pending
+            .retain(|key, _| key.job_id != job_id || key.attempt != attempt);
         before.saturating_sub(self.pending.len())
     }
 
@@ -85,48 +97,68 @@ impl StreamManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::channel::output_channels;
     use datafusion::arrow::datatypes::Schema;
+    use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, UnboundedMemoryPool};
 
-    fn key(job: &str, channel: u32) -> StreamKey {
+    fn key(job: &str, attempt: u32, channel: u32) -> StreamKey {
         StreamKey {
             job_id: job.into(),
             stage_id: 0,
             partition: 0,
-            attempt: 0,
+            attempt,
             channel,
         }
+    }
+
+    fn readers(n: usize) -> Vec<OutputReader> {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        output_channels(n, MemoryConsumer::new("t").register(&pool)).1
+    }
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::empty())
     }
 
     #[test]
     fn a_stream_is_taken_once() {
         let m = StreamManager::default();
-        let _tx = m.register(key("j", 0), Arc::new(Schema::empty()));
-        assert!(m.take(&key("j", 0)).is_some());
-        assert!(m.take(&key("j", 0)).is_none());
+        let r = readers(1).pop().unwrap();
+        m.register(vec![(key("j", 0, 0), r)], &schema()).unwrap();
+        assert!(m.take(&key("j", 0, 0)).is_some());
+        assert!(m.take(&key("j", 0, 0)).is_none());
         assert!(m.is_empty());
     }
 
     #[test]
-    fn cleaning_a_job_drops_only_its_streams() {
+    fn a_duplicate_key_is_refused_and_nothing_is_half_registered() {
         let m = StreamManager::default();
-        let _a = m.register(key("a", 0), Arc::new(Schema::empty()));
-        let _b = m.register(key("a", 1), Arc::new(Schema::empty()));
-        let _c = m.register(key("b", 0), Arc::new(Schema::empty()));
-        assert_eq!(m.drop_job("a"), 2);
-        assert_eq!(m.len(), 1);
-        assert_eq!(m.drop_older_than(Duration::from_secs(3600)), 0);
-        assert_eq!(m.drop_older_than(Duration::ZERO), 1);
+        let r = readers(1).pop().unwrap();
+        m.register(vec![(key("j", 0, 1), r)], &schema()).unwrap();
+        let mut two = readers(2);
+        let (b, a) = (two.pop().unwrap(), two.pop().unwrap());
+        let err = m
+            .register(vec![(key("j", 0, 0), a), (key("j", 0, 1), b)], &schema())
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::AlreadyExists);
+        assert_eq!(
+            m.len(),
+            1,
+            "the first key of the refused task is rolled back"
+        );
     }
 
-    #[tokio::test]
-    async fn a_full_channel_makes_the_producer_wait() {
+    #[test]
+    fn cleaning_an_attempt_drops_only_its_streams() {
         let m = StreamManager::default();
-        let schema = Arc::new(Schema::empty());
-        let tx = m.register(key("j", 0), schema.clone());
-        let batch = RecordBatch::new_empty(schema);
-        for _ in 0..CHANNEL_CAPACITY {
-            tx.try_send(Ok(batch.clone())).expect("room in the buffer");
+        for (job, attempt) in [("a", 0), ("a", 1), ("b", 0)] {
+            let r = readers(1).pop().unwrap();
+            m.register(vec![(key(job, attempt, 0), r)], &schema())
+                .unwrap();
         }
-        assert!(tx.try_send(Ok(batch)).is_err(), "the buffer is bounded");
+        assert_eq!(m.drop_job("a", 0), 1);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.drop_keys(&[key("a", 1, 0), key("a", 1, 0)]), 1);
+        assert_eq!(m.len(), 1);
     }
 }

@@ -1,7 +1,11 @@
-//! Task output streams: registration, routing and the bounded buffers.
+//! Task output streams: bounded channels, routing, and the registry of
+//! streams waiting for their consumer.
 
+pub mod channel;
+pub mod end_marker;
 pub mod manager;
 pub mod writer;
 
-pub use manager::{BatchResult, PendingStream, StreamManager};
+pub use channel::{output_channels, OutputReader, OutputWriter};
+pub use manager::{PendingStream, StreamManager};
 pub use writer::{write_output, Router};

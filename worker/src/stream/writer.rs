@@ -6,9 +6,8 @@ use datafusion::physical_plan::metrics;
 use datafusion::physical_plan::repartition::BatchPartitioner;
 use datafusion::physical_plan::{Partitioning, SendableRecordBatchStream};
 use futures::StreamExt;
-use tokio::sync::mpsc;
 
-use super::manager::BatchResult;
+use super::channel::OutputWriter;
 use crate::error::to_status;
 
 /// How batches are assigned to channels.
@@ -40,43 +39,40 @@ impl Router {
 
 /// Writes a task's output to its channels and returns the rows written.
 ///
-/// A channel whose consumer hung up (a satisfied LIMIT, a cancelled job) is
-/// skipped from then on; when no consumer is left the task stops early.
-/// An execution error is forwarded to every open channel, so consumers fail
-/// with the cause instead of waiting.
+/// A channel whose reader went away (a satisfied LIMIT, a join that needs
+/// no more probe rows, a cancelled job) is skipped from then on; when no
+/// reader is left the task stops early. An execution error ends every
+/// channel with that error, so consumers fail with the cause.
 pub async fn write_output(
     mut input: SendableRecordBatchStream,
     mut router: Router,
-    senders: Vec<mpsc::Sender<BatchResult>>,
+    output: OutputWriter,
 ) -> Result<u64> {
-    let mut open: Vec<Option<mpsc::Sender<BatchResult>>> = senders.into_iter().map(Some).collect();
     let mut rows = 0u64;
     while let Some(next) = input.next().await {
         let batch = match next {
             Ok(batch) => batch,
             Err(e) => {
-                let status = to_status(&e);
-                for sender in open.iter().flatten() {
-                    let _ = sender.send(Err(status.clone())).await;
-                }
+                output.fail(to_status(&e));
                 return Err(e);
             }
         };
         rows += batch.num_rows() as u64;
-        for (channel, part) in route(&mut router, batch, open.len())? {
+        let channels = output.channel_count();
+        for (channel, part) in route(&mut router, batch, channels)? {
             if part.num_rows() == 0 {
                 continue;
             }
-            if let Some(sender) = &open[channel] {
-                if sender.send(Ok(part)).await.is_err() {
-                    open[channel] = None;
-                }
+            if let Err(e) = output.send(channel, part).await {
+                output.fail(to_status(&e));
+                return Err(e);
             }
         }
-        if open.iter().all(Option::is_none) {
+        if output.open_channels() == 0 {
             break;
         }
     }
+    output.finish();
     Ok(rows)
 }
 

@@ -1,7 +1,9 @@
 //! Running tasks: preparing, executing and stopping them.
 
+pub mod failpoint;
 pub mod registry;
 pub mod runner;
 
-pub use registry::{AttemptKey, TaskRegistry};
-pub use runner::{AbortOnDrop, PreparedTask, TaskRunner};
+pub use failpoint::Failpoint;
+pub use registry::{AttemptKey, TaskEntry, TaskRegistry};
+pub use runner::{PreparedTask, TaskOwner, TaskRunner};

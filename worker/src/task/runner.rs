@@ -2,36 +2,63 @@
 //! its stage inputs to peers, register the output channels, execute the
 //! partition and drain it into the channels.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::FutureExt;
 use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::{RunTaskRequest, StageInput, TaskKey, TaskState, TaskStatus};
-use squadron_proto::StreamKey;
+use squadron_proto::{StreamKey, PROTOCOL_VERSION};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use super::registry::{AttemptKey, TaskRegistry};
+use super::failpoint::{Failpoint, Fault};
+use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use crate::client::PeerClients;
 use crate::error::status_code;
 use crate::plan::{decode_plan, StageBinding, StageReadExec};
-use crate::stream::{write_output, Router, StreamManager};
+use crate::stream::{output_channels, write_output, OutputWriter, Router, StreamManager};
+use crate::version::engine_build;
 
-/// A task ready to run: its output channels are registered.
+/// A task ready to run: its registry entry is reserved and its output
+/// streams are registered.
 pub struct PreparedTask {
     key: AttemptKey,
     plan: Arc<dyn ExecutionPlan>,
     router: Router,
-    senders: Vec<tokio::sync::mpsc::Sender<crate::stream::BatchResult>>,
+    writer: OutputWriter,
+    stream_keys: Vec<StreamKey>,
+    entry: TaskEntry,
+    /// Set by the test failpoint: the task panics when it starts.
+    panic: bool,
 }
 
 impl PreparedTask {
     pub fn key(&self) -> &AttemptKey {
         &self.key
+    }
+}
+
+/// The owner of a started task: dropping it stops the task (if it still
+/// runs) and drops its output streams nobody fetched.
+pub struct TaskOwner {
+    token: CancellationToken,
+    stream_keys: Vec<StreamKey>,
+    streams: StreamManager,
+}
+
+impl Drop for TaskOwner {
+    fn drop(&mut self) {
+        self.token.cancel();
+        self.streams.drop_keys(&self.stream_keys);
     }
 }
 
@@ -41,20 +68,35 @@ pub struct TaskRunner {
     streams: StreamManager,
     tasks: TaskRegistry,
     clients: PeerClients,
+    failpoint: Option<Arc<Failpoint>>,
 }
 
 impl TaskRunner {
-    pub fn new(streams: StreamManager, tasks: TaskRegistry, clients: PeerClients) -> Self {
+    pub fn new(
+        streams: StreamManager,
+        tasks: TaskRegistry,
+        clients: PeerClients,
+        runtime: Arc<RuntimeEnv>,
+        failpoint: Option<Arc<Failpoint>>,
+    ) -> Self {
         Self {
-            ctx: SessionContext::new_with_config(task_session_config()),
+            ctx: SessionContext::new_with_config_rt(task_session_config(), runtime),
             streams,
             tasks,
             clients,
+            failpoint,
         }
     }
 
-    /// Checks and decodes a request; registers the task's output channels.
+    /// Checks and decodes a request; reserves the task and registers its
+    /// output streams.
     pub fn prepare(&self, request: RunTaskRequest) -> Result<PreparedTask, Status> {
+        check_versions(&request)?;
+        let fault = self.failpoint.as_ref().and_then(|f| f.on_task());
+        if fault == Some(Fault::Crash) {
+            tracing::error!("failpoint: crashing the worker on this task");
+            std::process::abort();
+        }
         let key = request
             .key
             .as_ref()
@@ -116,45 +158,110 @@ impl TaskRunner {
             partition: key.partition,
             attempt: request.attempt,
         };
-        let senders = (0..channels as u32)
-            .map(|channel| {
+        let entry = self.tasks.reserve(attempt.clone())?;
+        let reservation = MemoryConsumer::new(format!("exchange output {attempt}"))
+            .register(&self.ctx.runtime_env().memory_pool);
+        let (writer, readers) = output_channels(channels, reservation);
+        let streams: Vec<(StreamKey, _)> = readers
+            .into_iter()
+            .enumerate()
+            .map(|(channel, reader)| {
                 let stream = StreamKey {
                     job_id: key.job_id.clone(),
                     stage_id: key.stage_id,
                     partition: key.partition,
                     attempt: request.attempt,
-                    channel,
+                    channel: channel as u32,
                 };
-                self.streams.register(stream, plan.schema())
+                (stream, reader)
             })
             .collect();
+        let stream_keys = streams.iter().map(|(k, _)| k.clone()).collect();
+        self.streams.register(streams, &plan.schema())?;
         Ok(PreparedTask {
             key: attempt,
             plan,
             router,
-            senders,
+            writer,
+            stream_keys,
+            entry,
+            panic: fault == Some(Fault::Panic),
         })
     }
 
     /// Starts a prepared task. The receiver gets its final status; dropping
-    /// the returned guard stops the task.
-    pub fn start(&self, task: PreparedTask) -> (oneshot::Receiver<TaskStatus>, AbortOnDrop) {
+    /// the returned owner stops the task and drops its unread streams.
+    pub fn start(&self, task: PreparedTask) -> (oneshot::Receiver<TaskStatus>, TaskOwner) {
         let (done_tx, done_rx) = oneshot::channel();
-        let key = task.key.clone();
+        let owner = TaskOwner {
+            token: task.entry.token().clone(),
+            stream_keys: task.stream_keys,
+            streams: self.streams.clone(),
+        };
         let ctx = self.ctx.task_ctx();
-        let tasks = self.tasks.clone();
-        let handle = tokio::spawn(async move {
-            let result = async {
-                let stream = task.plan.execute(task.key.partition as usize, ctx)?;
-                write_output(stream, task.router, task.senders).await
-            }
-            .await;
-            tasks.finished(&task.key);
-            tracing::debug!(task = ?task.key, ?result, "task finished");
-            let _ = done_tx.send(final_status(&task.key, result));
+        let PreparedTask {
+            key,
+            plan,
+            router,
+            writer,
+            entry,
+            panic,
+            ..
+        } = task;
+        tokio::spawn(async move {
+            let token = entry.token().clone();
+            let partition = key.partition as usize;
+            let run = AssertUnwindSafe(async move {
+                if panic {
+                    panic!("failpoint panic-on-task");
+                }
+                let stream = plan.execute(partition, ctx)?;
+                write_output(stream, router, writer).await
+            })
+            .catch_unwind();
+            let status = tokio::select! {
+                _ = token.cancelled() => TaskStatus {
+                    message: "stopped by the coordinator".into(),
+                    ..status(&key, TaskState::Cancelled)
+                },
+                result = run => match result {
+                    Ok(result) => final_status(&key, result),
+                    Err(panic) => panicked(&key, panic.as_ref()),
+                },
+            };
+            tracing::debug!(task = %key, state = ?status.state(), "task finished");
+            // The entry leaves the registry only now, with the task.
+            drop(entry);
+            let _ = done_tx.send(status);
         });
-        self.tasks.insert(key, handle.abort_handle());
-        (done_rx, AbortOnDrop(handle.abort_handle()))
+        (done_rx, owner)
+    }
+}
+
+/// Refuses a task from a coordinator of another protocol or engine build:
+/// hash shuffles are only correct when every process hashes identically.
+fn check_versions(request: &RunTaskRequest) -> Result<(), Status> {
+    let ours = engine_build();
+    if request.protocol_version != PROTOCOL_VERSION || request.engine_build != ours {
+        return Err(Status::failed_precondition(format!(
+            "version mismatch: the coordinator speaks protocol {} with engine {:?}, \
+             this worker protocol {PROTOCOL_VERSION} with engine {ours:?}",
+            request.protocol_version, request.engine_build
+        )));
+    }
+    Ok(())
+}
+
+fn panicked(key: &AttemptKey, panic: &(dyn std::any::Any + Send)) -> TaskStatus {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".into());
+    TaskStatus {
+        message: format!("task panicked: {text}"),
+        code: tonic::Code::Internal as i32,
+        ..status(key, TaskState::Failed)
     }
 }
 
@@ -169,16 +276,6 @@ pub fn task_session_config() -> SessionConfig {
         .execution
         .enable_file_stream_work_stealing = false;
     config
-}
-
-/// Stops a task when its status stream is dropped: the coordinator hanging
-/// up is how a job is cancelled.
-pub struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 pub fn status(key: &AttemptKey, state: TaskState) -> TaskStatus {

@@ -1,0 +1,183 @@
+//! Running a job to its end: place, dispatch, stream the output, and retry
+//! on the healthy workers when a worker was lost.
+//!
+//! Retry is per job: a failed attempt is stopped whole and the job runs
+//! again with the next attempt number (stream keys carry it, so streams of
+//! different attempts never mix). That is sound without persisting any
+//! intermediate output, which is what keeps the happy path free of disk
+//! shuffle; finer-grained (per-stage) retry would need upstream outputs to
+//! outlive their readers. A job is retried only while no row has reached
+//! the client: after that a retry could duplicate rows, so the query fails
+//! with a clear error instead.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use squadron_worker::client::PeerClients;
+use tonic::{Code, Status};
+
+use super::dispatch::{start_job, TaskFailure};
+use super::placement::Placement;
+use crate::cluster::{WorkerHealth, WorkerResolver};
+use crate::output::job_output::{stream_output, AttemptEnd, OutputSender};
+use crate::planner::JobGraph;
+
+pub struct JobRunner {
+    pub resolver: Arc<dyn WorkerResolver>,
+    pub health: WorkerHealth,
+    pub clients: PeerClients,
+    /// Attempts per job, at least 1 (`--task-max-attempts`).
+    pub max_attempts: u32,
+    next_worker: AtomicUsize,
+}
+
+/// What happened to a job, for the log and the job record.
+#[derive(Debug)]
+pub struct JobReport {
+    pub outcome: &'static str,
+    pub attempts: u32,
+    pub rows: u64,
+    /// The placement of the last attempt that started.
+    pub placement: Option<Placement>,
+}
+
+impl JobRunner {
+    pub fn new(
+        resolver: Arc<dyn WorkerResolver>,
+        health: WorkerHealth,
+        clients: PeerClients,
+        max_attempts: u32,
+    ) -> Self {
+        Self {
+            resolver,
+            health,
+            clients,
+            max_attempts: max_attempts.max(1),
+            next_worker: AtomicUsize::new(0),
+        }
+    }
+
+    /// Runs `graph` until it completes, fails for good, or the client goes.
+    pub async fn run(&self, job_id: &str, graph: &JobGraph, tx: &OutputSender) -> JobReport {
+        let mut report = JobReport {
+            outcome: "failed",
+            attempts: 0,
+            rows: 0,
+            placement: None,
+        };
+        loop {
+            let attempt = report.attempts;
+            report.attempts += 1;
+            let known = self.resolver.get_urls();
+            let workers = self.health.healthy(known.clone());
+            if workers.is_empty() {
+                let status = Status::unavailable(format!(
+                    "no worker is reachable ({} known: {})",
+                    known.len(),
+                    known.join(", ")
+                ));
+                let _ = tx.send(Err(status)).await;
+                return report;
+            }
+            let offset = self.next_worker.fetch_add(1, Ordering::Relaxed);
+            let placement = Placement::round_robin(graph, workers, offset);
+            report.placement = Some(placement.clone());
+            let started = tokio::select! {
+                started = start_job(job_id, attempt, graph, &placement, &self.clients) => started,
+                _ = tx.closed() => {
+                    report.outcome = "cancelled: the client hung up";
+                    return report;
+                }
+            };
+            let failure = match started {
+                Err(failure) => failure,
+                Ok(mut job) => {
+                    let end = stream_output(
+                        &mut job,
+                        graph,
+                        &placement,
+                        &self.clients,
+                        tx,
+                        &mut report.rows,
+                    )
+                    .await;
+                    // Dropping the attempt stops whatever still runs.
+                    drop(job);
+                    match end {
+                        AttemptEnd::Completed => {
+                            report.outcome = "completed";
+                            return report;
+                        }
+                        AttemptEnd::ClientGone => {
+                            report.outcome = "cancelled: the client hung up";
+                            return report;
+                        }
+                        AttemptEnd::Failed(failure) => failure,
+                    }
+                }
+            };
+            let retry = self.worker_was_lost(&failure, &placement).await;
+            let last = report.attempts >= self.max_attempts;
+            if !retry || last || report.rows > 0 {
+                let status = final_error(failure.status, retry, report.rows, report.attempts);
+                let _ = tx.send(Err(status)).await;
+                return report;
+            }
+            tracing::warn!(
+                job_id,
+                attempt,
+                "retrying the job on the healthy workers: {}",
+                failure.status.message()
+            );
+        }
+    }
+
+    /// Whether a failure comes from a lost worker (so a retry may succeed)
+    /// rather than from the query itself.
+    async fn worker_was_lost(&self, failure: &TaskFailure, placement: &Placement) -> bool {
+        if let Some(url) = &failure.lost_worker {
+            self.health.mark_lost(url);
+        }
+        if is_query_error(failure.status.code()) {
+            return false;
+        }
+        // A consumer that could not read a dead producer reports only the
+        // symptom; probing the job's workers finds the cause.
+        let lost = self.health.probe(&placement.workers_used()).await;
+        failure.lost_worker.is_some()
+            || !lost.is_empty()
+            || matches!(failure.status.code(), Code::Unavailable | Code::Aborted)
+    }
+}
+
+/// Failures that the same query would meet again on any worker.
+fn is_query_error(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::Unimplemented
+            | Code::ResourceExhausted
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::DeadlineExceeded
+    )
+}
+
+fn final_error(status: Status, worker_lost: bool, rows: u64, attempts: u32) -> Status {
+    if !worker_lost {
+        return status;
+    }
+    let why = if rows > 0 {
+        format!(
+            "{rows} rows were already sent, so the query cannot be retried without \
+             duplicating them; run it again"
+        )
+    } else {
+        format!("gave up after {attempts} attempts (--task-max-attempts)")
+    };
+    Status::new(status.code(), format!("{} ({why})", status.message()))
+}

@@ -1,0 +1,76 @@
+//! A deterministic fault for tests of the retry paths.
+//!
+//! Read only by the `squadron-worker` binary from `SQUADRON_TEST_FAILPOINT`
+//! (never by workers embedded in a coordinator, whose process is the
+//! coordinator's). Not for production use.
+//!
+//! - `crash-on-task=N`: the worker process aborts when its N-th task
+//!   arrives, as a machine that dies mid-query would.
+//! - `panic-on-task=N`: the N-th task panics when it starts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const ENV: &str = "SQUADRON_TEST_FAILPOINT";
+
+#[derive(Debug)]
+pub struct Failpoint {
+    fault: Fault,
+    at_task: u64,
+    seen: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Crash,
+    Panic,
+}
+
+impl Failpoint {
+    /// Parses the environment variable; `None` when unset.
+    pub fn from_env() -> anyhow::Result<Option<Self>> {
+        match std::env::var(ENV) {
+            Ok(spec) => Self::parse(&spec).map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    pub fn parse(spec: &str) -> anyhow::Result<Self> {
+        let (name, n) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("{ENV}: expected NAME=N, got {spec:?}"))?;
+        let fault = match name {
+            "crash-on-task" => Fault::Crash,
+            "panic-on-task" => Fault::Panic,
+            other => anyhow::bail!("{ENV}: unknown failpoint {other:?}"),
+        };
+        let at_task = n
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{ENV}: {n:?} is not a task number"))?;
+        Ok(Self {
+            fault,
+            at_task,
+            seen: AtomicU64::new(0),
+        })
+    }
+
+    /// Counts one arriving task; the fault to inject into it, if any.
+    pub fn on_task(&self) -> Option<Fault> {
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        (n == self.at_task).then_some(self.fault)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fires_once_on_the_named_task() {
+        let f = Failpoint::parse("panic-on-task=2").unwrap();
+        assert_eq!(f.on_task(), None);
+        assert_eq!(f.on_task(), Some(Fault::Panic));
+        assert_eq!(f.on_task(), None);
+        assert!(Failpoint::parse("explode=1").is_err());
+        assert!(Failpoint::parse("crash-on-task=x").is_err());
+    }
+}
