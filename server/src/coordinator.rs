@@ -1,7 +1,7 @@
 //! The coordinator: plans statements, runs them as distributed jobs and
 //! keeps a short record of recent jobs.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,10 @@ pub struct JobRecord {
     pub job_id: String,
     pub stages: usize,
     pub tasks: usize,
-    /// The workers each stage's tasks ran on, by stage then partition.
+    /// Attempts the job took (more than 1 after a lost worker).
+    pub attempts: u32,
+    /// The workers each stage's tasks ran on in the last attempt, by stage
+    /// then partition.
     pub placement: Vec<Vec<String>>,
 }
 
@@ -94,6 +97,7 @@ impl Coordinator {
         health: WorkerHealth,
         clients: PeerClients,
         limits: JobLimits,
+        settings: HashMap<String, String>,
     ) -> Self {
         Self {
             ctx,
@@ -102,6 +106,7 @@ impl Coordinator {
                 health,
                 clients,
                 limits.max_attempts,
+                settings,
             )),
             admission: Admission::new(limits.max_concurrent_queries, limits.max_queued_queries),
             query_timeout: limits.query_timeout,
@@ -231,7 +236,7 @@ impl Coordinator {
                 report.outcome
             );
             if let Some(placement) = &report.placement {
-                remember(&history, &job_id, &graph, placement);
+                remember(&history, &job_id, &graph, placement, report.attempts);
             }
         });
         Ok(ReceiverStream::new(rx))
@@ -253,11 +258,13 @@ fn remember(
     job_id: &str,
     graph: &JobGraph,
     placement: &Placement,
+    attempts: u32,
 ) {
     let record = JobRecord {
         job_id: job_id.to_string(),
         stages: graph.stages.len(),
         tasks: graph.task_count(),
+        attempts,
         placement: graph
             .stages
             .iter()

@@ -119,6 +119,15 @@ pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
     // other operators, which a stage cut can separate from it; rewriting
     // uncorrelated scalar subqueries to joins keeps every stage self-contained.
     optimizer.enable_physical_uncorrelated_scalar_subquery = false;
+    // Parquet strings as Utf8, not Utf8View: a slice or `take` of a view
+    // array keeps every data buffer of the original, and Arrow IPC ships
+    // them whole, so a shuffle or a client stream of view columns carried
+    // several times the data; many clients cannot read view types either.
+    config
+        .options_mut()
+        .execution
+        .parquet
+        .schema_force_view_types = false;
     config
 }
 
@@ -171,6 +180,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         health,
         clients,
         options.limits.clone(),
+        options.settings.iter().cloned().collect(),
     ));
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;

@@ -27,6 +27,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
+use crate::error::upstream_error;
 use crate::stream::end_marker::{strip_end, EndSeen};
 
 /// Largest gRPC message accepted from a peer. Flight batches are split into
@@ -109,7 +110,11 @@ pub fn fetch_stream(
                     if let FlightError::Tonic(status) = &e {
                         clients.forget_if_broken(&url, status.code());
                     }
-                    let _ = tx.send(Err(upstream_error(&describe, e))).await;
+                    let status = match e {
+                        FlightError::Tonic(status) => *status,
+                        other => tonic::Status::internal(other.to_string()),
+                    };
+                    let _ = tx.send(Err(upstream_error(&describe, &status))).await;
                 }
             }
         }
@@ -155,15 +160,4 @@ async fn pump(
         )));
     }
     Ok(())
-}
-
-/// Keeps the upstream status code, so a data error in one task reaches the
-/// client as such and not as an internal failure.
-fn upstream_error(describe: &str, e: FlightError) -> DataFusionError {
-    let (code, message) = match e {
-        FlightError::Tonic(status) => (status.code(), status.message().to_string()),
-        other => (Code::Internal, other.to_string()),
-    };
-    let status = tonic::Status::new(code, format!("reading stream {describe}: {message}"));
-    DataFusionError::External(Box::new(status))
 }

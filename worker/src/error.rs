@@ -25,12 +25,46 @@ pub fn status_code(e: &DataFusionError) -> Code {
             | ArrowError::ComputeError(_) => Code::InvalidArgument,
             _ => Code::Internal,
         },
-        DataFusionError::External(inner) => match inner.downcast_ref::<Status>() {
-            Some(status) => status.code(),
-            None => Code::Internal,
-        },
+        DataFusionError::External(inner) => {
+            if let Some(status) = inner.downcast_ref::<Status>() {
+                status.code()
+            } else if let Some(upstream) = inner.downcast_ref::<UpstreamError>() {
+                upstream.0.code()
+            } else {
+                Code::Internal
+            }
+        }
         _ => Code::Internal,
     }
+}
+
+/// Reading an input stream from another task failed: a symptom, whose
+/// cause is that task's own failure (or the loss of its worker). Keeps the
+/// upstream status code, so a data error in one task reaches the client as
+/// such and not as an internal failure.
+#[derive(Debug)]
+pub struct UpstreamError(pub Status);
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.message())
+    }
+}
+
+impl std::error::Error for UpstreamError {}
+
+/// An error reading the stream `describe` with upstream status `status`.
+pub fn upstream_error(describe: &str, status: &Status) -> DataFusionError {
+    let status = Status::new(
+        status.code(),
+        format!("reading stream {describe}: {}", status.message()),
+    );
+    DataFusionError::External(Box::new(UpstreamError(status)))
+}
+
+/// Whether `e` is only a failure to read an input stream.
+pub fn is_upstream(e: &DataFusionError) -> bool {
+    matches!(e.find_root(), DataFusionError::External(inner) if inner.is::<UpstreamError>())
 }
 
 /// The status a client (or consumer task) sees for a DataFusion error.
@@ -86,5 +120,14 @@ mod tests {
     fn a_peer_status_keeps_its_code() {
         let e = DataFusionError::External(Box::new(Status::not_found("gone")));
         assert_eq!(status_code(&e), Code::NotFound);
+        assert!(!is_upstream(&e));
+        let e = upstream_error("s1/p0", &Status::invalid_argument("Divide by zero"));
+        assert_eq!(status_code(&e), Code::InvalidArgument);
+        assert!(is_upstream(&e));
+        assert!(
+            e.to_string()
+                .contains("reading stream s1/p0: Divide by zero"),
+            "{e}"
+        );
     }
 }

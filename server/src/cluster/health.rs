@@ -95,7 +95,10 @@ impl WorkerHealth {
     ) -> AbortOnDropHandle<()> {
         let health = self.clone();
         AbortOnDropHandle::new(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
+            // Workers are taken to be up at start; the first probe follows
+            // one interval later (a failure before that marks them lost).
+            let start = tokio::time::Instant::now() + interval;
+            let mut tick = tokio::time::interval_at(start, interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;

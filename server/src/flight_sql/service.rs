@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::statements::StatementStore;
 use crate::coordinator::Coordinator;
-use crate::output::flight_batches::for_flight;
+use squadron_worker::stream::flight_batches::{for_flight, NO_ENCODER_SPLIT};
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,
@@ -122,6 +122,7 @@ impl FlightSqlService for SquadronFlightSql {
             .try_flatten();
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
+            .with_max_flight_data_size(NO_ENCODER_SPLIT)
             .build(batches.map_err(FlightError::from))
             .map_err(Status::from);
         Ok(Response::new(stream.boxed()))

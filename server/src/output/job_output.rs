@@ -6,6 +6,8 @@
 //! job). An attempt's output ends when every final stream ended, a task
 //! failed, or the client hung up.
 
+use std::time::Duration;
+
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 use squadron_proto::StreamKey;
@@ -61,7 +63,7 @@ pub async fn stream_output(
         tokio::select! {
             biased;
             failure = job.failures.recv(), if failures_open => match failure {
-                Some(failure) => return AttemptEnd::Failed(failure),
+                Some(failure) => return AttemptEnd::Failed(root_cause(job, failure).await),
                 None => failures_open = false,
             },
             next = merged.next() => match next {
@@ -73,14 +75,34 @@ pub async fn stream_output(
                     *rows_sent += rows;
                 }
                 Some(Err(e)) => {
-                    return AttemptEnd::Failed(TaskFailure {
-                        status: to_status(&e),
-                        lost_worker: None,
-                    })
+                    let failure = TaskFailure {
+                        derived: true,
+                        ..TaskFailure::new(to_status(&e), None)
+                    };
+                    return AttemptEnd::Failed(root_cause(job, failure).await);
                 }
                 None => return AttemptEnd::Completed,
             },
             _ = tx.closed() => return AttemptEnd::ClientGone,
         }
     }
+}
+
+/// How long a symptom (a failed stream read) waits for its cause.
+const CAUSE_WAIT: Duration = Duration::from_millis(250);
+
+/// A failure that is only a failed stream read is a symptom: the producer's
+/// own failure (a panic, an error in the data, a lost worker) usually
+/// arrives right after it and says what really happened.
+async fn root_cause(job: &mut JobAttempt, first: TaskFailure) -> TaskFailure {
+    if !first.derived {
+        return first;
+    }
+    let deadline = tokio::time::Instant::now() + CAUSE_WAIT;
+    while let Ok(Some(next)) = tokio::time::timeout_at(deadline, job.failures.recv()).await {
+        if !next.derived {
+            return next;
+        }
+    }
+    first
 }

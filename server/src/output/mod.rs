@@ -1,6 +1,5 @@
 //! Streaming a job's result to the client.
 
-pub mod flight_batches;
 pub mod job_output;
 
 pub use job_output::{stream_output, AttemptEnd, OutputSender, OUTPUT_BUFFER};

@@ -26,8 +26,18 @@ pub fn encode_stages(graph: &mut JobGraph) -> Result<()> {
 /// Names the lowest operator whose subtree does not encode.
 fn unencodable(plan: &Arc<dyn ExecutionPlan>, error: DataFusionError) -> DataFusionError {
     let culprit = lowest_failing(plan).unwrap_or_else(|| plan.name().to_string());
+    // datafusion-proto appends the whole plan's debug dump: keep the reason.
+    let reason = error.to_string();
+    let reason = reason.split(". Plan:").next().unwrap_or_default();
+    let reason: String = reason
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(240)
+        .collect();
     DataFusionError::NotImplemented(format!(
-        "cannot send {culprit} to workers (its plan does not encode): {error}"
+        "{culprit} cannot run on workers yet (its plan does not encode: {reason})"
     ))
 }
 

@@ -11,6 +11,7 @@
 //! monitors, which drops the streams, which stops the tasks and frees their
 //! streams on every worker. A `CleanUpJob` call follows as a second line.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::future::try_join_all;
@@ -38,6 +39,19 @@ const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct TaskFailure {
     pub status: Status,
     pub lost_worker: Option<String>,
+    /// Only a failure to read another task's output: a symptom whose cause
+    /// is usually reported by that task's own monitor.
+    pub derived: bool,
+}
+
+impl TaskFailure {
+    pub fn new(status: Status, lost_worker: Option<String>) -> Self {
+        Self {
+            status,
+            lost_worker,
+            derived: false,
+        }
+    }
 }
 
 /// One attempt of a job whose tasks all run; its failures arrive on
@@ -92,6 +106,7 @@ pub async fn start_job(
     graph: &JobGraph,
     placement: &Placement,
     clients: &PeerClients,
+    settings: &HashMap<String, String>,
 ) -> Result<JobAttempt, TaskFailure> {
     let (failure_tx, failures) = mpsc::channel(graph.task_count().max(1));
     let mut job = JobAttempt {
@@ -107,6 +122,9 @@ pub async fn start_job(
         let accepts = (0..stage.tasks).map(|partition| {
             let mut request = task_request(job_id, attempt, graph, stage, partition, placement);
             request.engine_build = engine.clone();
+            if let Some(definition) = request.definition.as_mut() {
+                definition.settings = settings.clone();
+            }
             let url = placement.worker_of(stage.id, partition).to_string();
             dispatch(clients, url, request)
         });
@@ -125,10 +143,9 @@ async fn dispatch(
     request: RunTaskRequest,
 ) -> Result<(String, Streaming<TaskStatus>), TaskFailure> {
     let task = task_name(request.key.as_ref(), request.attempt);
-    let mut client = clients.worker(&url).map_err(|e| TaskFailure {
-        status: Status::invalid_argument(e.to_string()),
-        lost_worker: None,
-    })?;
+    let mut client = clients
+        .worker(&url)
+        .map_err(|e| TaskFailure::new(Status::invalid_argument(e.to_string()), None))?;
     let accepted = async {
         let mut stream = client.run_task(request).await?.into_inner();
         match stream.message().await? {
@@ -157,10 +174,7 @@ async fn dispatch(
     if lost {
         clients.forget_if_broken(&url, Code::Unavailable);
     }
-    Err(TaskFailure {
-        status,
-        lost_worker: lost.then_some(url),
-    })
+    Err(TaskFailure::new(status, lost.then_some(url)))
 }
 
 /// Codes a live worker answers with on purpose.
@@ -202,15 +216,16 @@ async fn monitor(
                 ),
             ),
             lost_worker: None,
+            derived: s.upstream,
         },
-        Ok(None) => TaskFailure {
-            status: Status::unavailable(format!("worker {url} closed a task stream")),
-            lost_worker: Some(url),
-        },
-        Err(e) => TaskFailure {
-            status: Status::unavailable(format!("lost worker {url}: {}", e.message())),
-            lost_worker: Some(url),
-        },
+        Ok(None) => TaskFailure::new(
+            Status::unavailable(format!("worker {url} closed a task stream")),
+            Some(url),
+        ),
+        Err(e) => TaskFailure::new(
+            Status::unavailable(format!("lost worker {url}: {}", e.message())),
+            Some(url),
+        ),
     };
     let _ = failures.try_send(failure);
 }
@@ -272,6 +287,7 @@ fn task_request(
                 kind: kind as i32,
                 channels: channels as u32,
             }),
+            settings: HashMap::new(),
         }),
         peers,
         protocol_version: PROTOCOL_VERSION,

@@ -10,6 +10,7 @@
 //! the client: after that a retry could duplicate rows, so the query fails
 //! with a clear error instead.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -28,6 +29,9 @@ pub struct JobRunner {
     pub clients: PeerClients,
     /// Attempts per job, at least 1 (`--task-max-attempts`).
     pub max_attempts: u32,
+    /// Planning options that differ from the defaults, sent with every
+    /// task so execution sees them too.
+    pub settings: HashMap<String, String>,
     next_worker: AtomicUsize,
 }
 
@@ -47,12 +51,14 @@ impl JobRunner {
         health: WorkerHealth,
         clients: PeerClients,
         max_attempts: u32,
+        settings: HashMap<String, String>,
     ) -> Self {
         Self {
             resolver,
             health,
             clients,
             max_attempts: max_attempts.max(1),
+            settings,
             next_worker: AtomicUsize::new(0),
         }
     }
@@ -83,7 +89,7 @@ impl JobRunner {
             let placement = Placement::round_robin(graph, workers, offset);
             report.placement = Some(placement.clone());
             let started = tokio::select! {
-                started = start_job(job_id, attempt, graph, &placement, &self.clients) => started,
+                started = start_job(job_id, attempt, graph, &placement, &self.clients, &self.settings) => started,
                 _ = tx.closed() => {
                     report.outcome = "cancelled: the client hung up";
                     return report;

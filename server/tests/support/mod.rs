@@ -43,8 +43,15 @@ pub struct WorkerProcess {
 
 impl WorkerProcess {
     pub fn spawn() -> Self {
+        Self::spawn_with("127.0.0.1:0", &[])
+    }
+
+    /// A worker on `listen` (e.g. the address of one that was killed), with
+    /// extra environment variables (e.g. a test failpoint).
+    pub fn spawn_with(listen: &str, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(worker_binary())
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen, "--shutdown-grace", "20"])
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -62,6 +69,20 @@ impl WorkerProcess {
             .unwrap_or_else(|| panic!("unexpected worker banner {line:?}"))
             .to_string();
         Self { url, child }
+    }
+
+    /// The `host:port` the worker listens on.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for a worker that was sent SIGTERM to exit.
+    pub fn terminate_wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("waiting for the worker")
     }
 
     /// SIGKILL: the worker vanishes without a goodbye.
@@ -87,16 +108,52 @@ pub fn tpch_data(scale: f64) -> (tempfile::TempDir, Vec<TableSpec>) {
 
 /// A coordinator over the given workers (embedded ones when empty).
 pub async fn coordinator(workers: Vec<String>, tables: Vec<TableSpec>) -> RunningServer {
-    start(ServerOptions {
+    coordinator_with(test_options(workers, tables)).await
+}
+
+/// The options `coordinator` uses, to adjust before `coordinator_with`.
+pub fn test_options(workers: Vec<String>, tables: Vec<TableSpec>) -> ServerOptions {
+    ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         workers,
         local_workers: 2,
         tables,
         partitions: Some(4),
         ..ServerOptions::default()
-    })
-    .await
-    .expect("starting the coordinator")
+    }
+}
+
+pub async fn coordinator_with(options: ServerOptions) -> RunningServer {
+    start(options).await.expect("starting the coordinator")
+}
+
+/// Resident memory of a process in bytes, from /proc.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .unwrap_or(0)
+}
+
+/// Waits until the embedded workers run no task and hold no stream, or
+/// panics naming what is left after `within`.
+pub async fn assert_workers_idle(server: &RunningServer, within: std::time::Duration, after: &str) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let tasks: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
+        let streams: usize = server.local_workers.iter().map(|w| w.streams.len()).sum();
+        if tasks == 0 && streams == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{tasks} tasks and {streams} streams left on the workers after {after}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 pub async fn client(server: &RunningServer) -> FlightSqlServiceClient<Channel> {

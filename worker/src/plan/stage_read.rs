@@ -11,7 +11,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{exec_err, internal_err, DataFusionError, Result};
+use datafusion::common::{exec_err, internal_err, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{
@@ -26,6 +26,7 @@ use squadron_proto::v1::ReadMode;
 use squadron_proto::StreamKey;
 
 use crate::client::{fetch_stream, PeerClients};
+use crate::error::upstream_error;
 use crate::stream::{PendingStream, StreamManager};
 
 /// The upstream task locations one task attempt reads from.
@@ -259,13 +260,8 @@ fn local_stream(
     pending: PendingStream,
     key: StreamKey,
 ) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static {
-    pending.reader.map(move |item| {
-        item.map_err(|status| {
-            let status = tonic::Status::new(
-                status.code(),
-                format!("reading local stream {key}: {}", status.message()),
-            );
-            DataFusionError::External(Box::new(status))
-        })
-    })
+    let describe = format!("{key} on this worker");
+    pending
+        .reader
+        .map(move |item| item.map_err(|status| upstream_error(&describe, &status)))
 }

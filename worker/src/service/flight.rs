@@ -19,6 +19,7 @@ use squadron_proto::StreamKey;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::stream::end_marker::end_message;
+use crate::stream::flight_batches::{for_flight, NO_ENCODER_SPLIT};
 use crate::stream::{PendingStream, StreamManager};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -40,12 +41,16 @@ impl WorkerFlight {
 fn serve_stream(pending: PendingStream) -> impl Stream<Item = Result<FlightData, Status>> {
     let (rows, batches) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let (counted_rows, counted_batches) = (Arc::clone(&rows), Arc::clone(&batches));
-    let data = pending.reader.map(move |item| {
-        let batch = item.map_err(FlightError::from)?;
-        counted_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        counted_batches.fetch_add(1, Ordering::Relaxed);
-        Ok(batch)
-    });
+    let data = pending
+        .reader
+        .map(move |item| {
+            let batch = item.map_err(FlightError::from)?;
+            counted_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+            counted_batches.fetch_add(1, Ordering::Relaxed);
+            let pieces = for_flight(batch).into_iter().map(Ok::<_, FlightError>);
+            Ok::<_, FlightError>(futures::stream::iter(pieces))
+        })
+        .try_flatten();
     let end = futures::stream::once(async move {
         Ok(end_message(
             rows.load(Ordering::Relaxed),
@@ -54,6 +59,7 @@ fn serve_stream(pending: PendingStream) -> impl Stream<Item = Result<FlightData,
     });
     FlightDataEncoderBuilder::new()
         .with_schema(pending.schema)
+        .with_max_flight_data_size(NO_ENCODER_SPLIT)
         .build(data)
         .chain(end)
         .map_err(Status::from)

@@ -30,6 +30,8 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tonic::Status;
 
+use super::flight_batches::real_size;
+
 /// Batches a channel holds before the producer waits (unless a reader starves).
 pub const MAX_BATCHES: usize = 8;
 /// Bytes a channel holds before the producer waits (unless a reader starves).
@@ -108,7 +110,7 @@ impl OutputWriter {
     /// Queues a batch on a channel, waiting while the channel is full and no
     /// reader starves. `Ok(false)`: the channel's reader is gone.
     pub async fn send(&self, channel: usize, batch: RecordBatch) -> Result<bool> {
-        let size = batch.get_array_memory_size();
+        let size = real_size(&batch);
         loop {
             // Created before the check so a wake-up in between is not lost.
             let notified = self.shared.producer.notified();
@@ -172,7 +174,14 @@ impl OutputWriter {
 
 impl Drop for OutputWriter {
     fn drop(&mut self) {
-        if !self.ended {
+        if self.ended {
+            return;
+        }
+        // A panicking task is a fault of this worker, not a lost one: say
+        // so, instead of looking like a stream cut by the network.
+        if std::thread::panicking() {
+            self.end(End::Failed(Status::internal("the producing task panicked")));
+        } else {
             self.end(End::Aborted);
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod channel;
 pub mod end_marker;
+pub mod flight_batches;
 pub mod manager;
 pub mod writer;
 

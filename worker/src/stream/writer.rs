@@ -1,5 +1,6 @@
 //! Routes a task's output batches to its output channels.
 
+use datafusion::arrow::compute::BatchCoalescer;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_plan::metrics;
@@ -39,6 +40,11 @@ impl Router {
 
 /// Writes a task's output to its channels and returns the rows written.
 ///
+/// Small batches are first coalesced to about `batch_size` rows: operators
+/// such as a cross join emit one batch per build row, and sending those
+/// one by one made a large result thousands of tiny messages. Batches of
+/// at least half that size pass through without a copy.
+///
 /// A channel whose reader went away (a satisfied LIMIT, a join that needs
 /// no more probe rows, a cancelled job) is skipped from then on; when no
 /// reader is left the task stops early. An execution error ends every
@@ -47,23 +53,30 @@ pub async fn write_output(
     mut input: SendableRecordBatchStream,
     mut router: Router,
     output: OutputWriter,
+    batch_size: usize,
 ) -> Result<u64> {
+    let batch_size = batch_size.max(1);
+    let mut coalescer = BatchCoalescer::new(input.schema(), batch_size)
+        .with_biggest_coalesce_batch_size(Some(batch_size / 2));
     let mut rows = 0u64;
-    while let Some(next) = input.next().await {
-        let batch = match next {
-            Ok(batch) => batch,
-            Err(e) => {
+    let mut done = false;
+    while !done {
+        match input.next().await {
+            Some(Ok(batch)) => {
+                rows += batch.num_rows() as u64;
+                coalescer.push_batch(batch)?;
+            }
+            Some(Err(e)) => {
                 output.fail(to_status(&e));
                 return Err(e);
             }
-        };
-        rows += batch.num_rows() as u64;
-        let channels = output.channel_count();
-        for (channel, part) in route(&mut router, batch, channels)? {
-            if part.num_rows() == 0 {
-                continue;
+            None => {
+                coalescer.finish_buffered_batch()?;
+                done = true;
             }
-            if let Err(e) = output.send(channel, part).await {
+        }
+        while let Some(batch) = coalescer.next_completed_batch() {
+            if let Err(e) = send(&mut router, &output, batch).await {
                 output.fail(to_status(&e));
                 return Err(e);
             }
@@ -74,6 +87,16 @@ pub async fn write_output(
     }
     output.finish();
     Ok(rows)
+}
+
+async fn send(router: &mut Router, output: &OutputWriter, batch: RecordBatch) -> Result<()> {
+    let channels = output.channel_count();
+    for (channel, part) in route(router, batch, channels)? {
+        if part.num_rows() > 0 {
+            output.send(channel, part).await?;
+        }
+    }
+    Ok(())
 }
 
 fn route(

@@ -9,6 +9,8 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::TaskContext;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -23,7 +25,7 @@ use tonic::Status;
 use super::failpoint::{Failpoint, Fault};
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use crate::client::PeerClients;
-use crate::error::status_code;
+use crate::error::{is_upstream, status_code};
 use crate::plan::{decode_plan, StageBinding, StageReadExec};
 use crate::stream::{output_channels, write_output, OutputWriter, Router, StreamManager};
 use crate::version::engine_build;
@@ -37,6 +39,7 @@ pub struct PreparedTask {
     writer: OutputWriter,
     stream_keys: Vec<StreamKey>,
     entry: TaskEntry,
+    task_ctx: Arc<TaskContext>,
     /// Set by the test failpoint: the task panics when it starts.
     panic: bool,
 }
@@ -108,7 +111,8 @@ impl TaskRunner {
             .ok_or_else(|| Status::invalid_argument("RunTask needs a task definition"))?;
         let output = definition.output.unwrap_or_default();
         let channels = output.channels.max(1) as usize;
-        let plan = decode_plan(&definition.plan, &self.ctx.task_ctx())
+        let task_ctx = self.task_context(&definition.settings)?;
+        let plan = decode_plan(&definition.plan, &task_ctx)
             .map_err(|e| Status::invalid_argument(format!("cannot decode the task plan: {e}")))?;
         let plan = bind_inputs(plan, key, &definition.inputs, &request.peers, self)
             .map_err(|e| Status::invalid_argument(format!("cannot bind task inputs: {e}")))?;
@@ -185,6 +189,7 @@ impl TaskRunner {
             writer,
             stream_keys,
             entry,
+            task_ctx,
             panic: fault == Some(Fault::Panic),
         })
     }
@@ -198,13 +203,13 @@ impl TaskRunner {
             stream_keys: task.stream_keys,
             streams: self.streams.clone(),
         };
-        let ctx = self.ctx.task_ctx();
         let PreparedTask {
             key,
             plan,
             router,
             writer,
             entry,
+            task_ctx: ctx,
             panic,
             ..
         } = task;
@@ -215,8 +220,9 @@ impl TaskRunner {
                 if panic {
                     panic!("failpoint panic-on-task");
                 }
+                let batch_size = ctx.session_config().batch_size();
                 let stream = plan.execute(partition, ctx)?;
-                write_output(stream, router, writer).await
+                write_output(stream, router, writer, batch_size).await
             })
             .catch_unwind();
             let status = tokio::select! {
@@ -235,6 +241,31 @@ impl TaskRunner {
             let _ = done_tx.send(status);
         });
         (done_rx, owner)
+    }
+}
+
+impl TaskRunner {
+    /// The context one task runs in: the worker's session with the query's
+    /// settings applied, less what a task split from its siblings cannot
+    /// honour (`task_session_config`).
+    fn task_context(
+        &self,
+        settings: &std::collections::HashMap<String, String>,
+    ) -> Result<Arc<TaskContext>, Status> {
+        if settings.is_empty() {
+            return Ok(self.ctx.task_ctx());
+        }
+        let mut config = self.ctx.copied_config();
+        for (key, value) in settings {
+            config
+                .options_mut()
+                .set(key, value)
+                .map_err(|e| Status::invalid_argument(format!("setting {key}={value}: {e}")))?;
+        }
+        let state = SessionStateBuilder::new_from_existing(self.ctx.state())
+            .with_config(distributable(config))
+            .build();
+        Ok(state.task_ctx())
     }
 }
 
@@ -267,7 +298,10 @@ fn panicked(key: &AttemptKey, panic: &(dyn std::any::Any + Send)) -> TaskStatus 
 
 /// The session tasks execute in.
 pub fn task_session_config() -> SessionConfig {
-    let mut config = SessionConfig::new();
+    distributable(SessionConfig::new())
+}
+
+fn distributable(mut config: SessionConfig) -> SessionConfig {
     // Each task runs one partition of its own plan instance; with work
     // stealing, that lone partition would also read its (never executed)
     // siblings' files, and every task would scan everything.
@@ -290,6 +324,7 @@ pub fn status(key: &AttemptKey, state: TaskState) -> TaskStatus {
         message: String::new(),
         output_rows: 0,
         code: 0,
+        upstream: false,
     }
 }
 
@@ -302,6 +337,7 @@ fn final_status(key: &AttemptKey, result: Result<u64>) -> TaskStatus {
         Err(e) => TaskStatus {
             message: e.to_string(),
             code: status_code(&e) as i32,
+            upstream: is_upstream(&e),
             ..status(key, TaskState::Failed)
         },
     }

@@ -1,0 +1,137 @@
+//! Every way a query can end leaves nothing behind: after a query timeout,
+//! a dispatch that stopped half-way, and a query over the memory limit, no
+//! worker runs a task or holds a stream of it, and the next query works.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use squadron_worker::{spawn_worker, WorkerOptions};
+use support::{
+    assert_workers_idle, client, coordinator_with, query, start_large_query, test_options,
+    tpch_data,
+};
+use tonic::Code;
+
+const IDLE_WITHIN: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_timeout_stops_the_job_on_every_worker() {
+    let (_dir, tables) = tpch_data(0.01);
+    let mut options = test_options(vec![], tables);
+    options.limits.query_timeout = Some(Duration::from_secs(1));
+    let server = coordinator_with(options).await;
+    let mut client = client(&server).await;
+
+    // The client reads one batch and then stalls: the job waits on it until
+    // the timeout stops it.
+    let mut stream = start_large_query(&mut client).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let error = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match stream.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Some(e.to_string()),
+                None => return None,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends");
+    let error = error.expect("the query was stopped, not completed");
+    assert!(error.contains("--query-timeout"), "{error}");
+    assert_workers_idle(&server, IDLE_WITHIN, "a query timeout").await;
+    assert!(query(&mut client, "SELECT count(*) FROM nation")
+        .await
+        .is_ok());
+    assert_eq!(server.coordinator.running_jobs(), 0);
+    server.shutdown().await.unwrap();
+}
+
+/// A worker that never answers is in the placement (workers count as up
+/// until a probe says otherwise): dispatch fails part-way, after tasks on
+/// the live worker were accepted. Those must stop; with retries the query
+/// then runs on the live worker alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_that_fails_half_way_stops_what_it_started() {
+    let (_dir, tables) = tpch_data(0.01);
+    let (live_url, live) = spawn_worker("127.0.0.1:0".parse().unwrap(), WorkerOptions::default())
+        .await
+        .unwrap();
+    let dead_url = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let mut options = test_options(vec![live_url.clone(), dead_url.clone()], tables);
+    options.limits.max_attempts = 1;
+    options.health_interval = Duration::from_secs(3600);
+    let server = coordinator_with(options).await;
+    let mut client = client(&server).await;
+
+    let err = query(
+        &mut client,
+        "SELECT count(*) FROM lineitem, orders WHERE l_orderkey = o_orderkey",
+    )
+    .await
+    .expect_err("one attempt, and a worker that is not there");
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.message().contains(&dead_url), "{err}");
+    wait_idle(&live).await;
+
+    // The dead worker is now known lost: the next query runs on the other.
+    let batches = query(&mut client, "SELECT count(*) AS n FROM nation")
+        .await
+        .expect("placed on the live worker only");
+    assert_eq!(batches[0].num_rows(), 1);
+    wait_idle(&live).await;
+    server.shutdown().await.unwrap();
+}
+
+async fn wait_idle(worker: &squadron_worker::Worker) {
+    let deadline = std::time::Instant::now() + IDLE_WITHIN;
+    while worker.tasks.len() + worker.streams.len() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} tasks and {} streams left",
+            worker.tasks.len(),
+            worker.streams.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_over_the_memory_limit_fails_and_others_keep_running() {
+    let (_dir, tables) = tpch_data(0.01);
+    let mut options = test_options(vec![], tables);
+    options.worker_memory_limit = Some(6 << 20);
+    let server = coordinator_with(options).await;
+    let mut big_client = client(&server).await;
+    let mut small_client = client(&server).await;
+
+    // A hash join whose build side (all of lineitem, with its comments)
+    // cannot spill and needs more than the limit.
+    let big = query(
+        &mut big_client,
+        "SELECT count(*) FROM lineitem a JOIN lineitem b ON a.l_comment = b.l_comment",
+    );
+    let small = async {
+        let mut ok = 0;
+        for _ in 0..5 {
+            if query(&mut small_client, "SELECT count(*) AS n FROM region")
+                .await
+                .is_ok()
+            {
+                ok += 1;
+            }
+        }
+        ok
+    };
+    let (big, ok) = futures::future::join(big, small).await;
+    let err = big.expect_err("the join needs more memory than the limit");
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert_eq!(ok, 5, "small queries kept running");
+    assert_workers_idle(&server, IDLE_WITHIN, "a query over the memory limit").await;
+    server.shutdown().await.unwrap();
+}

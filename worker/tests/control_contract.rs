@@ -1,0 +1,87 @@
+//! The worker's RunTask contract, spoken to directly: a mismatched engine or
+//! protocol is refused with FAILED_PRECONDITION naming both sides, a second
+//! task with a live key is refused with ALREADY_EXISTS (never overwritten),
+//! and dropping the RunTask stream frees the task's unread output streams.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::datatypes::Schema;
+use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use squadron_proto::v1::output_distribution::Kind;
+use squadron_proto::v1::worker_service_client::WorkerServiceClient;
+use squadron_proto::v1::{OutputDistribution, RunTaskRequest, TaskDefinition, TaskKey, TaskState};
+use squadron_proto::PROTOCOL_VERSION;
+use squadron_worker::plan::encode_plan;
+use squadron_worker::version::engine_build;
+use squadron_worker::{spawn_worker, WorkerOptions};
+use tonic::Code;
+
+fn request(job: &str) -> RunTaskRequest {
+    let plan = encode_plan(Arc::new(PlaceholderRowExec::new(Arc::new(Schema::empty())))).unwrap();
+    RunTaskRequest {
+        key: Some(TaskKey {
+            job_id: job.into(),
+            stage_id: 0,
+            partition: 0,
+        }),
+        attempt: 0,
+        definition: Some(TaskDefinition {
+            plan,
+            inputs: vec![],
+            output: Some(OutputDistribution {
+                kind: Kind::Single as i32,
+                channels: 1,
+            }),
+            settings: Default::default(),
+        }),
+        peers: vec![],
+        protocol_version: PROTOCOL_VERSION,
+        engine_build: engine_build(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_task_refuses_mismatches_and_duplicates_and_frees_on_drop() {
+    let (url, worker) = spawn_worker("127.0.0.1:0".parse().unwrap(), WorkerOptions::default())
+        .await
+        .unwrap();
+    let mut client = WorkerServiceClient::connect(url).await.unwrap();
+
+    let mut old_engine = request("j1");
+    old_engine.engine_build = "squadron 0.0.1 / datafusion 1.0.0".into();
+    let err = client.run_task(old_engine).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+    assert!(err.message().contains("datafusion 1.0.0"), "{err}");
+    assert!(err.message().contains(&engine_build()), "{err}");
+
+    let mut old_protocol = request("j1");
+    old_protocol.protocol_version = PROTOCOL_VERSION + 1;
+    let err = client.run_task(old_protocol).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+
+    let mut first = client.run_task(request("j1")).await.unwrap().into_inner();
+    let accepted = first.message().await.unwrap().unwrap();
+    assert_eq!(accepted.state(), TaskState::Accepted);
+    let done = first.message().await.unwrap().unwrap();
+    assert_eq!(done.state(), TaskState::Succeeded, "{done:?}");
+    assert_eq!(worker.streams.len(), 1, "its output waits for a reader");
+
+    let err = client.run_task(request("j1")).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err}");
+    assert_eq!(worker.streams.len(), 1, "the live stream was not replaced");
+
+    // The RunTask stream owns the task's output: hanging up frees it.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while worker.streams.len() + worker.tasks.len() > 0 {
+        assert!(Instant::now() < deadline, "the unread stream was not freed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The key is free again once its owner is gone.
+    let mut again = client.run_task(request("j1")).await.unwrap().into_inner();
+    assert_eq!(
+        again.message().await.unwrap().unwrap().state(),
+        TaskState::Accepted
+    );
+}
