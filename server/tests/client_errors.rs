@@ -3,12 +3,12 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
 use arrow_flight::Ticket;
 use prost::Message;
-use support::{client, coordinator, query, start_large_query, tpch_data};
+use support::{assert_workers_idle, client, coordinator, query, start_large_query, tpch_data};
 use tonic::Code;
 
 async fn count(
@@ -85,19 +85,7 @@ async fn a_client_hanging_up_mid_stream_stops_the_job_on_every_worker() {
     assert!(busy > 0, "the job should still be running");
     drop(stream);
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let tasks: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
-        let streams: usize = server.local_workers.iter().map(|w| w.streams.len()).sum();
-        if tasks == 0 && streams == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{tasks} tasks and {streams} streams left after the client hung up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert_workers_idle(&server, Duration::from_secs(30), "the client hung up").await;
     let mut client = support::client(&server).await;
     assert_eq!(count(&mut client, "nation").await, 25);
     server.shutdown().await.unwrap();

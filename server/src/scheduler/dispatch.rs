@@ -63,6 +63,16 @@ pub struct JobAttempt {
     monitors: JoinSet<()>,
     workers: Vec<String>,
     clients: PeerClients,
+    completed: bool,
+}
+
+impl JobAttempt {
+    /// Marks the attempt as having delivered its whole output: every task
+    /// succeeded and every stream was read, so ending it needs no cleanup
+    /// calls.
+    pub fn completed(&mut self) {
+        self.completed = true;
+    }
 }
 
 impl Drop for JobAttempt {
@@ -70,6 +80,9 @@ impl Drop for JobAttempt {
         // Dropping a RunTask status stream stops that task and frees its
         // streams; the monitors hold them.
         self.monitors.abort_all();
+        if self.completed {
+            return;
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let request = CleanUpJobRequest {
                 job_id: self.job_id.clone(),
@@ -116,6 +129,7 @@ pub async fn start_job(
         monitors: JoinSet::new(),
         workers: placement.workers_used(),
         clients: clients.clone(),
+        completed: false,
     };
     let engine = engine_build();
     for stage in &graph.stages {

@@ -107,6 +107,9 @@ impl JobRunner {
                         &mut report.rows,
                     )
                     .await;
+                    if matches!(end, AttemptEnd::Completed) {
+                        job.completed();
+                    }
                     // Dropping the attempt stops whatever still runs.
                     drop(job);
                     match end {
