@@ -137,3 +137,49 @@ async fn wait_until_used(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A paused worker (SIGSTOP) keeps its connections open and answers
+/// nothing: health probes find it lost, and the query that waited on it is
+/// run again on the others instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_is_detected_and_the_query_retried() {
+    let (_dir, tables) = tpch_data(0.01);
+    let mut workers = [
+        WorkerProcess::spawn(),
+        WorkerProcess::spawn(),
+        WorkerProcess::spawn(),
+    ];
+    let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
+    let mut options = test_options(urls.clone(), tables.clone());
+    options.health_interval = Duration::from_millis(200);
+    let server = coordinator_with(options).await;
+    let oracle_ctx = oracle_context(&tables).await;
+    let mut client = client(&server).await;
+
+    signal(workers[1].pid(), "-STOP");
+    let sql = tpch_query(3);
+    let started = Instant::now();
+    let actual = tokio::time::timeout(DEADLINE, query(&mut client, &sql))
+        .await
+        .expect("not waiting forever on a paused worker")
+        .expect("the query runs on the other workers");
+    same_rows(&actual, &oracle(&oracle_ctx, &sql).await, is_ordered(&sql)).unwrap();
+    let job = server.coordinator.recent_jobs().pop().unwrap();
+    assert!(!job.workers_used().contains(&urls[1]), "{job:?}");
+    eprintln!(
+        "answered in {:?} after {} attempts",
+        started.elapsed(),
+        job.attempts
+    );
+    signal(workers[1].pid(), "-CONT");
+    workers[1].kill();
+    server.shutdown().await.unwrap();
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}

@@ -7,12 +7,14 @@
 //! coordinator restart. Probes run in the background every `interval`, and
 //! on demand after a job failed, to tell a lost worker from a bad query.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use futures::future::join_all;
 use squadron_worker::client::PeerClients;
+use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -20,8 +22,10 @@ use tonic_health::pb::HealthCheckRequest;
 
 use super::resolver::WorkerResolver;
 
-/// How long one probe may take before the worker counts as lost.
+/// How long one probe may take before it counts as missed.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Background probes missed in a row before a worker counts as lost.
+const MISSES_TO_LOSE: u32 = 2;
 
 #[derive(Clone)]
 pub struct WorkerHealth {
@@ -29,6 +33,9 @@ pub struct WorkerHealth {
     // drops entries of workers the resolver no longer lists.
     lost: Arc<DashMap<String, Instant>>,
     clients: PeerClients,
+    // Counts losses, so running jobs learn of one at once (a paused worker
+    // keeps its connections open: nothing else would tell them).
+    losses: Arc<watch::Sender<u64>>,
 }
 
 impl WorkerHealth {
@@ -36,6 +43,22 @@ impl WorkerHealth {
         Self {
             lost: Arc::new(DashMap::new()),
             clients,
+            losses: Arc::new(watch::channel(0).0),
+        }
+    }
+
+    /// Resolves with the first of `workers` found lost, now or later: a
+    /// running job's watch for a worker that paused or vanished without
+    /// breaking its connections.
+    pub async fn first_lost(&self, workers: &[String]) -> String {
+        let mut losses = self.losses.subscribe();
+        loop {
+            if let Some(url) = workers.iter().find(|w| self.is_lost(w)) {
+                return url.clone();
+            }
+            if losses.changed().await.is_err() {
+                return std::future::pending().await;
+            }
         }
     }
 
@@ -57,6 +80,7 @@ impl WorkerHealth {
                 url,
                 "worker lost: no new tasks until it answers a health probe"
             );
+            self.losses.send_modify(|n| *n += 1);
         }
         self.clients.forget_if_broken(url, tonic::Code::Unavailable);
     }
@@ -67,23 +91,20 @@ impl WorkerHealth {
         }
     }
 
-    /// Probes `urls` now; returns the ones that did not answer SERVING.
+    /// Probes `urls` now and marks each lost or healthy by its answer;
+    /// returns the ones that did not answer SERVING. Used after a job
+    /// failed, when one missed probe is evidence enough.
     pub async fn probe(&self, urls: &[String]) -> Vec<String> {
-        let results = join_all(urls.iter().map(|url| async move {
-            let serving = probe_one(&self.clients, url).await;
+        let mut lost = vec![];
+        for (url, serving) in probe_all(&self.clients, urls).await {
             if serving {
                 self.mark_healthy(url);
             } else {
                 self.mark_lost(url);
+                lost.push(url.clone());
             }
-            (url, serving)
-        }))
-        .await;
-        results
-            .into_iter()
-            .filter(|(_, serving)| !serving)
-            .map(|(url, _)| url.clone())
-            .collect()
+        }
+        lost
     }
 
     /// Probes the resolver's workers every `interval` in the background,
@@ -100,14 +121,37 @@ impl WorkerHealth {
             let start = tokio::time::Instant::now() + interval;
             let mut tick = tokio::time::interval_at(start, interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // A single missed probe may be a busy machine: in the
+            // background, a worker is lost after two in a row.
+            let mut misses: HashMap<String, u32> = HashMap::new();
             loop {
                 tick.tick().await;
                 let urls = resolver.get_urls();
                 health.lost.retain(|url, _| urls.contains(url));
-                health.probe(&urls).await;
+                misses.retain(|url, _| urls.contains(url));
+                for (url, serving) in probe_all(&health.clients, &urls).await {
+                    if serving {
+                        misses.remove(url);
+                        health.mark_healthy(url);
+                        continue;
+                    }
+                    let missed = misses.entry(url.clone()).or_default();
+                    *missed += 1;
+                    if *missed >= MISSES_TO_LOSE {
+                        health.mark_lost(url);
+                    }
+                }
             }
         }))
     }
+}
+
+async fn probe_all<'a>(clients: &PeerClients, urls: &'a [String]) -> Vec<(&'a String, bool)> {
+    join_all(
+        urls.iter()
+            .map(|url| async move { (url, probe_one(clients, url).await) }),
+    )
+    .await
 }
 
 async fn probe_one(clients: &PeerClients, url: &str) -> bool {
@@ -121,5 +165,35 @@ async fn probe_one(clients: &PeerClients, url: &str) -> bool {
     match tokio::time::timeout(PROBE_TIMEOUT, check).await {
         Ok(Ok(response)) => response.into_inner().status() == ServingStatus::Serving,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_job_waiting_on_its_workers_learns_of_a_loss_at_once() {
+        let health = WorkerHealth::new(PeerClients::default());
+        let workers = vec!["http://a:1".to_string(), "http://b:2".to_string()];
+        let watch = {
+            let health = health.clone();
+            let workers = workers.clone();
+            tokio::spawn(async move { health.first_lost(&workers).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        health.mark_lost("http://c:3");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !watch.is_finished(),
+            "another worker's loss is not this job's"
+        );
+        health.mark_lost("http://b:2");
+        let lost = tokio::time::timeout(Duration::from_secs(5), watch)
+            .await
+            .expect("woken by the loss")
+            .unwrap();
+        assert_eq!(lost, "http://b:2");
+        assert_eq!(health.healthy(workers), vec!["http://a:1".to_string()]);
     }
 }

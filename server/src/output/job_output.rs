@@ -16,6 +16,7 @@ use squadron_worker::error::to_status;
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use crate::cluster::WorkerHealth;
 use crate::planner::JobGraph;
 use crate::scheduler::dispatch::{JobAttempt, TaskFailure};
 use crate::scheduler::Placement;
@@ -43,7 +44,11 @@ pub async fn stream_output(
     clients: &PeerClients,
     tx: &OutputSender,
     rows_sent: &mut u64,
+    health: &WorkerHealth,
 ) -> AttemptEnd {
+    let workers = placement.workers_used();
+    let lost = health.first_lost(&workers);
+    tokio::pin!(lost);
     let final_stage = graph.final_stage();
     let streams = (0..final_stage.tasks).map(|partition| {
         let key = StreamKey {
@@ -84,8 +89,15 @@ pub async fn stream_output(
                 None => return AttemptEnd::Completed,
             },
             _ = tx.closed() => return AttemptEnd::ClientGone,
+            url = &mut lost => return AttemptEnd::Failed(lost_worker(url)),
         }
     }
+}
+
+/// The failure of an attempt whose worker stopped answering probes.
+pub fn lost_worker(url: String) -> TaskFailure {
+    let status = Status::unavailable(format!("worker {url} stopped answering health probes"));
+    TaskFailure::new(status, Some(url))
 }
 
 /// How long a symptom (a failed stream read) waits for its cause.

@@ -20,7 +20,7 @@ use tonic::{Code, Status};
 use super::dispatch::{start_job, TaskFailure};
 use super::placement::Placement;
 use crate::cluster::{WorkerHealth, WorkerResolver};
-use crate::output::job_output::{stream_output, AttemptEnd, OutputSender};
+use crate::output::job_output::{lost_worker, stream_output, AttemptEnd, OutputSender};
 use crate::planner::JobGraph;
 
 pub struct JobRunner {
@@ -88,12 +88,14 @@ impl JobRunner {
             let offset = self.next_worker.fetch_add(1, Ordering::Relaxed);
             let placement = Placement::round_robin(graph, workers, offset);
             report.placement = Some(placement.clone());
+            let used = placement.workers_used();
             let started = tokio::select! {
                 started = start_job(job_id, attempt, graph, &placement, &self.clients, &self.settings) => started,
                 _ = tx.closed() => {
                     report.outcome = "cancelled: the client hung up";
                     return report;
                 }
+                url = self.health.first_lost(&used) => Err(lost_worker(url)),
             };
             let failure = match started {
                 Err(failure) => failure,
@@ -105,6 +107,7 @@ impl JobRunner {
                         &self.clients,
                         tx,
                         &mut report.rows,
+                        &self.health,
                     )
                     .await;
                     if matches!(end, AttemptEnd::Completed) {
