@@ -23,7 +23,7 @@ use tonic_health::pb::HealthCheckRequest;
 use super::resolver::WorkerResolver;
 
 /// How long one probe may take before it counts as missed.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Background probes missed in a row before a worker counts as lost.
 const MISSES_TO_LOSE: u32 = 2;
 

@@ -139,7 +139,11 @@ impl StageReadExec {
     }
 
     /// The upstream streams that make up one output partition.
-    fn streams_for(&self, binding: &StageBinding, partition: usize) -> Vec<(String, StreamKey)> {
+    fn streams_for(
+        &self,
+        binding: &StageBinding,
+        partition: usize,
+    ) -> Result<Vec<(String, StreamKey)>> {
         let key = |upstream: usize, attempt: u32, channel: u32| StreamKey {
             job_id: binding.job_id.clone(),
             stage_id: self.stage_id,
@@ -150,19 +154,29 @@ impl StageReadExec {
         match self.mode {
             ReadMode::Merge => {
                 let (url, attempt) = &binding.upstream[partition];
-                let channel = self
+                // `bind` refused tasks that are not readers; a miss here is a bug.
+                let Some(channel) = self
                     .readers
                     .iter()
                     .position(|r| *r == binding.consumer_partition)
-                    .unwrap_or_default();
-                vec![(url.clone(), key(partition, *attempt, channel as u32))]
+                else {
+                    return internal_err!(
+                        "task {} is not a reader of stage {}",
+                        binding.consumer_partition,
+                        self.stage_id
+                    );
+                };
+                Ok(vec![(
+                    url.clone(),
+                    key(partition, *attempt, channel as u32),
+                )])
             }
-            _ => binding
+            _ => Ok(binding
                 .upstream
                 .iter()
                 .enumerate()
                 .map(|(p, (url, attempt))| (url.clone(), key(p, *attempt, partition as u32)))
-                .collect(),
+                .collect()),
         }
     }
 }
@@ -238,7 +252,7 @@ impl ExecutionPlan for StageReadExec {
             );
         }
         let fetches = self
-            .streams_for(binding, partition)
+            .streams_for(binding, partition)?
             .into_iter()
             .map(|(url, key)| match binding.local.take(&key) {
                 // Stream keys name the job, so a local hit is this stream.
