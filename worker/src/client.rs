@@ -41,6 +41,18 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// HTTP/2 flow control. All streams from one peer share one connection,
+/// and data a stream received but its reader has not consumed yet holds
+/// connection credit. A consumer reads its inputs one after another (a
+/// join's build side, then its probe side), so streams opened early sit
+/// unread; with hyper's default 5 MiB connection window a few of them
+/// exhausted it at TPC-H SF1 and starved the very stream the consumer was
+/// reading: the query hung. The connection window is therefore no limit
+/// of its own; what a peer may buffer is bounded per stream (2 MiB, about
+/// one Flight message) times the streams a job opens.
+pub const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+pub const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
 /// Batches a stream read from a peer buffers ahead of its consumer.
 const READ_AHEAD: usize = 2;
 
@@ -58,6 +70,8 @@ impl PeerClients {
         let endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| DataFusionError::Configuration(format!("bad worker URL {url}: {e}")))?
             .tcp_nodelay(true)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .connect_timeout(CONNECT_TIMEOUT)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
