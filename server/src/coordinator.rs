@@ -1,7 +1,7 @@
 //! The coordinator: plans statements, runs them as distributed jobs and
 //! keeps a short record of recent jobs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,12 +9,10 @@ use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use squadron_worker::client::PeerClients;
 use squadron_worker::error::to_status;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use crate::cluster::{WorkerHealth, WorkerResolver};
 use crate::output::{JobStream, OUTPUT_BUFFER};
 use crate::planner::{build_job_graph, encode_stages, JobGraph};
 use crate::scheduler::{Admission, JobReport, JobRunner, Placement};
@@ -91,23 +89,10 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(
-        ctx: SessionContext,
-        resolver: Arc<dyn WorkerResolver>,
-        health: WorkerHealth,
-        clients: PeerClients,
-        limits: JobLimits,
-        settings: HashMap<String, String>,
-    ) -> Self {
+    pub fn new(ctx: SessionContext, runner: JobRunner, limits: &JobLimits) -> Self {
         Self {
             ctx,
-            runner: Arc::new(JobRunner::new(
-                resolver,
-                health,
-                clients,
-                limits.max_attempts,
-                settings,
-            )),
+            runner: Arc::new(runner),
             admission: Admission::new(limits.max_concurrent_queries, limits.max_queued_queries),
             query_timeout: limits.query_timeout,
             history: Arc::new(Mutex::new(VecDeque::new())),

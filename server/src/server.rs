@@ -21,6 +21,7 @@ use crate::catalog::TableSpec;
 use crate::cluster::{normalize_url, StaticResolver, WorkerHealth, WorkerResolver};
 use crate::coordinator::JobLimits;
 use crate::flight_sql::SquadronFlightSql;
+use crate::scheduler::JobRunner;
 use crate::Coordinator;
 
 /// How to start a coordinator.
@@ -174,14 +175,14 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let clients = PeerClients::default();
     let health = WorkerHealth::new(clients.clone());
     let prober = health.spawn_prober(Arc::clone(&resolver), options.health_interval);
-    let coordinator = Arc::new(Coordinator::new(
-        ctx,
+    let runner = JobRunner::new(
         resolver,
         health,
         clients,
-        options.limits.clone(),
+        options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
-    ));
+    );
+    let coordinator = Arc::new(Coordinator::new(ctx, runner, &options.limits));
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
     let service = FlightServiceServer::new(SquadronFlightSql::new(coordinator.clone()))

@@ -134,11 +134,10 @@ pub async fn start_job(
     let engine = engine_build();
     for stage in &graph.stages {
         let accepts = (0..stage.tasks).map(|partition| {
-            let mut request = task_request(job_id, attempt, graph, stage, partition, placement);
+            let mut request = task_request(
+                job_id, attempt, graph, stage, partition, placement, settings,
+            );
             request.engine_build = engine.clone();
-            if let Some(definition) = request.definition.as_mut() {
-                definition.settings = settings.clone();
-            }
             let url = placement.worker_of(stage.id, partition).to_string();
             dispatch(clients, url, request)
         });
@@ -182,27 +181,29 @@ async fn dispatch(
             "worker {url} did not accept task {task} in {ACCEPT_TIMEOUT:?}"
         )),
     };
-    // A worker that refused the task answered: it is there. Anything else
-    // (no connection, a reset, silence) may be a lost worker.
-    let lost = !answered(status.code());
+    let lost = !is_query_error(status.code());
     if lost {
         clients.forget_if_broken(&url, Code::Unavailable);
     }
     Err(TaskFailure::new(status, lost.then_some(url)))
 }
 
-/// Codes a live worker answers with on purpose.
-fn answered(code: Code) -> bool {
+/// Failures that the same query would meet again on any worker: a live
+/// worker (or the coordinator) refused or failed it on purpose. Anything
+/// else (no connection, a reset, silence) may be a lost worker.
+pub fn is_query_error(code: Code) -> bool {
     matches!(
         code,
         Code::InvalidArgument
-            | Code::FailedPrecondition
-            | Code::AlreadyExists
             | Code::NotFound
+            | Code::AlreadyExists
             | Code::Unimplemented
             | Code::ResourceExhausted
+            | Code::FailedPrecondition
+            | Code::OutOfRange
             | Code::PermissionDenied
             | Code::Unauthenticated
+            | Code::DeadlineExceeded
     )
 }
 
@@ -258,6 +259,7 @@ fn task_request(
     stage: &Stage,
     partition: usize,
     placement: &Placement,
+    settings: &HashMap<String, String>,
 ) -> RunTaskRequest {
     let mut peers: Vec<String> = vec![];
     let mut peer_index = |url: &str| match peers.iter().position(|p| p == url) {
@@ -301,7 +303,7 @@ fn task_request(
                 kind: kind as i32,
                 channels: channels as u32,
             }),
-            settings: HashMap::new(),
+            settings: settings.clone(),
         }),
         peers,
         protocol_version: PROTOCOL_VERSION,

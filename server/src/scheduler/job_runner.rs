@@ -17,7 +17,7 @@ use std::sync::Arc;
 use squadron_worker::client::PeerClients;
 use tonic::{Code, Status};
 
-use super::dispatch::{start_job, TaskFailure};
+use super::dispatch::{is_query_error, start_job, TaskFailure};
 use super::placement::Placement;
 use crate::cluster::{WorkerHealth, WorkerResolver};
 use crate::output::job_output::{lost_worker, stream_output, AttemptEnd, OutputSender};
@@ -160,23 +160,6 @@ impl JobRunner {
             || !lost.is_empty()
             || matches!(failure.status.code(), Code::Unavailable | Code::Aborted)
     }
-}
-
-/// Failures that the same query would meet again on any worker.
-fn is_query_error(code: Code) -> bool {
-    matches!(
-        code,
-        Code::InvalidArgument
-            | Code::NotFound
-            | Code::AlreadyExists
-            | Code::Unimplemented
-            | Code::ResourceExhausted
-            | Code::FailedPrecondition
-            | Code::OutOfRange
-            | Code::PermissionDenied
-            | Code::Unauthenticated
-            | Code::DeadlineExceeded
-    )
 }
 
 fn final_error(status: Status, worker_lost: bool, rows: u64, attempts: u32) -> Status {
