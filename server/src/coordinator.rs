@@ -8,13 +8,16 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::SessionContext;
+use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use crate::output::{JobStream, OUTPUT_BUFFER};
-use crate::planner::{build_job_graph, encode_stages, JobGraph};
+use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
+use crate::planner::local::reads_no_table;
+use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::scheduler::{Admission, JobReport, JobRunner, Placement};
 
 /// How many finished jobs `recent_jobs` remembers.
@@ -31,6 +34,8 @@ pub struct PlannedQuery {
 pub enum Work {
     /// A query to run on the workers, its stage plans encoded.
     Distributed(Arc<JobGraph>),
+    /// A query that reads no table (`SELECT 1`), run on the coordinator.
+    Local(Arc<dyn ExecutionPlan>),
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
 }
@@ -156,8 +161,15 @@ impl Coordinator {
                 let plan = state
                     .create_physical_plan(&logical)
                     .await
+                    .and_then(for_clients)
                     .map_err(|e| to_status(&e))?;
                 let schema = plan.schema();
+                if reads_no_table(&plan) {
+                    return Ok(PlannedQuery {
+                        schema,
+                        work: Work::Local(plan),
+                    });
+                }
                 let mut graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
                 encode_stages(&mut graph).map_err(|e| to_status(&e))?;
                 Ok(PlannedQuery {
@@ -168,16 +180,26 @@ impl Coordinator {
         }
     }
 
-    /// Runs a planned statement; the stream yields its result. Waits for
-    /// an admission slot first (or is refused with RESOURCE_EXHAUSTED).
+    /// Runs a planned statement; the stream yields its result as Flight
+    /// messages. Waits for an admission slot first (or is refused with
+    /// RESOURCE_EXHAUSTED).
     pub async fn execute(&self, job_id: &str, query: PlannedQuery) -> Result<JobStream, Status> {
+        let schema = query.schema;
         let graph = match query.work {
             Work::Immediate(batches) => {
-                let (tx, rx) = tokio::sync::mpsc::channel(batches.len().max(1));
-                for batch in batches {
-                    let _ = tx.try_send(Ok(batch));
-                }
-                return Ok(ReceiverStream::new(rx));
+                let batches = futures::stream::iter(batches.into_iter().map(Ok));
+                return Ok(encode_batches(schema, batches));
+            }
+            Work::Local(plan) => {
+                let slot = self.admission.admit().await?;
+                let batches = execute_stream(plan, self.ctx.task_ctx())
+                    .map_err(|e| to_status(&e))?
+                    .map_err(|e| to_status(&e))
+                    // The slot is held until the answer is sent or dropped.
+                    .inspect(move |_| {
+                        let _ = &slot;
+                    });
+                return Ok(encode_batches(schema, batches));
             }
             Work::Distributed(graph) => graph,
         };
@@ -224,7 +246,8 @@ impl Coordinator {
                 remember(&history, &job_id, &graph, placement, report.attempts);
             }
         });
-        Ok(ReceiverStream::new(rx))
+        let first = futures::stream::once(std::future::ready(Ok(schema_message(&schema))));
+        Ok(first.chain(ReceiverStream::new(rx)).boxed())
     }
 
     /// The most recent jobs, oldest first.

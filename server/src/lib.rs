@@ -9,6 +9,7 @@
 //! - `cluster/`: where the workers are (`WorkerResolver`) and which answer
 //! - `catalog/`: tables from the command line, TPC-H sample data
 
+pub mod answers;
 pub mod catalog;
 pub mod cluster;
 pub mod coordinator;

@@ -14,7 +14,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use support::compare::{is_ordered, same_rows};
+use squadron_server::answers::{is_ordered, same_rows};
 use support::{
     client, coordinator_with, oracle, oracle_context, query, test_options, tpch_data, tpch_query,
     WorkerProcess,

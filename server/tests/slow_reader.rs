@@ -40,9 +40,12 @@ async fn a_slow_reader_keeps_memory_flat() {
     .await;
     let mut client = client(&server).await;
     // Warm up (allocator arenas, the session) before the baseline.
-    query(&mut client, "SELECT count(*) FROM lineitem")
-        .await
-        .unwrap();
+    query(
+        &mut client,
+        "SELECT count(*) FROM lineitem WHERE l_quantity > 0",
+    )
+    .await
+    .unwrap();
     let pids = vec![std::process::id(), workers[0].pid(), workers[1].pid()];
     let baseline: Vec<u64> = pids.iter().map(|p| rss_bytes(*p)).collect();
     let sampling = Arc::new(AtomicBool::new(true));

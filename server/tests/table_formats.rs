@@ -5,8 +5,8 @@ mod support;
 
 use std::io::Write;
 
+use squadron_server::answers::same_rows;
 use squadron_server::catalog::TableSpec;
-use support::compare::same_rows;
 use support::{client, coordinator, oracle, oracle_context, query};
 
 fn write_csv_dir(dir: &std::path::Path) {

@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::compare::{is_ordered, same_rows};
+use squadron_server::answers::{is_ordered, same_rows};
 use support::{
     client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query, WorkerProcess,
 };

@@ -1,5 +1,5 @@
 //! Cached gRPC channels to peers (other workers, or workers seen from the
-//! coordinator), and reading a task output stream from one.
+//! coordinator). Reading a task output stream is `stream::fetch`.
 //!
 //! One lazily connected channel per URL, shared by all tasks: tonic
 //! multiplexes calls over it. A channel whose connection failed is evicted,
@@ -11,24 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::Ticket;
 use dashmap::DashMap;
-use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{DataFusionError, Result};
-use futures::{Stream, StreamExt, TryStreamExt};
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
-use squadron_proto::StreamKey;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::task::AbortOnDropHandle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
-
-use crate::error::upstream_error;
-use crate::stream::end_marker::{strip_end, EndSeen};
 
 /// Largest gRPC message accepted from a peer. Flight batches are split into
 /// messages of about 2 MiB by the encoder; this leaves ample headroom.
@@ -52,9 +40,6 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// one Flight message) times the streams a job opens.
 pub const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 pub const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
-
-/// Batches a stream read from a peer buffers ahead of its consumer.
-const READ_AHEAD: usize = 2;
 
 #[derive(Debug, Clone, Default)]
 pub struct PeerClients {
@@ -100,78 +85,4 @@ impl PeerClients {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
-}
-
-/// The batches of one task output stream, fetched with `DoGet`.
-///
-/// The fetch starts at once, in a task of its own that reads a little
-/// ahead: a consumer that never polls the stream (a join whose build side
-/// came out empty) still connects, and dropping the stream hangs up, which
-/// releases the producer's channel. The stream is complete only if the
-/// producer's completion marker arrived and its row count matches.
-pub fn fetch_stream(
-    clients: PeerClients,
-    url: String,
-    key: StreamKey,
-) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
-    let (tx, rx) = mpsc::channel(READ_AHEAD);
-    let pump = tokio::spawn(async move {
-        let describe = format!("{key} from {url}");
-        tokio::select! {
-            _ = tx.closed() => {}
-            result = pump(&clients, &url, &key, &tx) => {
-                if let Err(e) = result {
-                    if let FlightError::Tonic(status) = &e {
-                        clients.forget_if_broken(&url, status.code());
-                    }
-                    let status = match e {
-                        FlightError::Tonic(status) => *status,
-                        other => tonic::Status::internal(other.to_string()),
-                    };
-                    let _ = tx.send(Err(upstream_error(&describe, &status))).await;
-                }
-            }
-        }
-    });
-    let guard = AbortOnDropHandle::new(pump);
-    ReceiverStream::new(rx).map(move |item| {
-        // The pump lives as long as the stream.
-        let _ = &guard;
-        item
-    })
-}
-
-async fn pump(
-    clients: &PeerClients,
-    url: &str,
-    key: &StreamKey,
-    tx: &mpsc::Sender<Result<RecordBatch>>,
-) -> std::result::Result<(), FlightError> {
-    let mut client = clients
-        .flight(url)
-        .map_err(|e| FlightError::ExternalError(Box::new(e)))?;
-    let response = client
-        .do_get(Ticket::new(key.to_ticket()))
-        .await
-        .map_err(|status| FlightError::Tonic(Box::new(status)))?;
-    let seen = EndSeen::default();
-    let messages = response
-        .into_inner()
-        .map_err(|s| FlightError::Tonic(Box::new(s)));
-    let mut batches =
-        FlightRecordBatchStream::new_from_flight_data(strip_end(messages, seen.clone()));
-    let mut rows = 0u64;
-    while let Some(batch) = batches.try_next().await? {
-        rows += batch.num_rows() as u64;
-        if tx.send(Ok(batch)).await.is_err() {
-            return Ok(());
-        }
-    }
-    let sent = seen.rows()?;
-    if sent != rows {
-        return Err(FlightError::protocol(format!(
-            "the producer sent {sent} rows but {rows} arrived"
-        )));
-    }
-    Ok(())
 }

@@ -9,6 +9,7 @@ use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsume
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
@@ -16,6 +17,9 @@ use crate::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESS
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::stream::StreamManager;
 use crate::task::{Failpoint, TaskRegistry, TaskRunner};
+
+/// How often a draining worker checks whether its work is done.
+const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How to run a worker.
 #[derive(Debug, Clone, Default)]
@@ -60,7 +64,8 @@ impl Worker {
     }
 
     /// Serves the worker on a bound listener until `shutdown` resolves; then
-    /// reports NOT_SERVING, stops accepting and lets in-flight calls end.
+    /// reports NOT_SERVING, refuses new tasks, lets running ones finish and
+    /// their streams be read, and stops.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -73,16 +78,31 @@ impl Worker {
             Arc::clone(&self.runtime),
             self.failpoint.clone(),
         );
-        let control = WorkerControl::new(runner, self.streams.clone(), self.tasks.clone());
+        let draining = CancellationToken::new();
+        let control = WorkerControl::new(
+            runner,
+            self.streams.clone(),
+            self.tasks.clone(),
+            draining.clone(),
+        );
         let flight = WorkerFlight::new(self.streams.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_service_status("", ServingStatus::Serving).await;
+        let (tasks, streams) = (self.tasks.clone(), self.streams.clone());
         let shutdown = async move {
             shutdown.await;
-            // Load balancers and the coordinator stop sending work first.
+            // Load balancers and the coordinator stop sending work first,
+            // and new tasks are refused; the server keeps answering (health
+            // says NOT_SERVING, the coordinator sees a draining worker, not
+            // a lost one) until the running tasks ended and their streams
+            // were read. Only then does it stop accepting connections.
             health
                 .set_service_status("", ServingStatus::NotServing)
                 .await;
+            draining.cancel();
+            while !(tasks.is_empty() && streams.is_empty()) {
+                tokio::time::sleep(DRAIN_POLL).await;
+            }
         };
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))

@@ -38,6 +38,7 @@ fn request(job: &str) -> RunTaskRequest {
         peers: vec![],
         protocol_version: PROTOCOL_VERSION,
         engine_build: engine_build(),
+        own_url: String::new(),
     }
 }
 

@@ -6,6 +6,11 @@
 //! passes, so a worker restarted on the same address rejoins without a
 //! coordinator restart. Probes run in the background every `interval`, and
 //! on demand after a job failed, to tell a lost worker from a bad query.
+//!
+//! A worker that answers NOT_SERVING is alive but draining (shutting down
+//! gracefully): it gets no new tasks, but the jobs running on it are left
+//! to finish. Only a worker that does not answer is lost, which stops the
+//! jobs running on it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,6 +37,8 @@ pub struct WorkerHealth {
     // Only lost workers have an entry (since when); the background prober
     // drops entries of workers the resolver no longer lists.
     lost: Arc<DashMap<String, Instant>>,
+    // Workers that answered NOT_SERVING (same bound as `lost`).
+    draining: Arc<DashMap<String, Instant>>,
     clients: PeerClients,
     // Counts losses, so running jobs learn of one at once (a paused worker
     // keeps its connections open: nothing else would tell them).
@@ -42,6 +49,7 @@ impl WorkerHealth {
     pub fn new(clients: PeerClients) -> Self {
         Self {
             lost: Arc::new(DashMap::new()),
+            draining: Arc::new(DashMap::new()),
             clients,
             losses: Arc::new(watch::channel(0).0),
         }
@@ -62,10 +70,11 @@ impl WorkerHealth {
         }
     }
 
-    /// The workers of `urls` that are not known to be lost.
+    /// The workers of `urls` that may take new tasks: not known to be lost
+    /// or draining.
     pub fn healthy(&self, urls: Vec<String>) -> Vec<String> {
         urls.into_iter()
-            .filter(|u| !self.lost.contains_key(u))
+            .filter(|u| !self.lost.contains_key(u) && !self.draining.contains_key(u))
             .collect()
     }
 
@@ -89,22 +98,49 @@ impl WorkerHealth {
         if let Some((_, since)) = self.lost.remove(url) {
             tracing::info!(url, lost_for = ?since.elapsed(), "worker is back");
         }
+        self.draining.remove(url);
     }
 
-    /// Probes `urls` now and marks each lost or healthy by its answer;
-    /// returns the ones that did not answer SERVING. Used after a job
-    /// failed, when one missed probe is evidence enough.
+    fn mark_draining(&self, url: &str) {
+        if self
+            .draining
+            .insert(url.to_string(), Instant::now())
+            .is_none()
+        {
+            tracing::info!(url, "worker is draining: no new tasks");
+        }
+        self.lost.remove(url);
+    }
+
+    /// Applies one probe's answer; whether the worker can take tasks.
+    fn record(&self, url: &str, probe: Probe, misses: Option<&mut u32>) -> bool {
+        match probe {
+            Probe::Serving => self.mark_healthy(url),
+            Probe::Draining => self.mark_draining(url),
+            Probe::Unreachable => match misses {
+                Some(missed) => {
+                    *missed += 1;
+                    if *missed >= MISSES_TO_LOSE {
+                        self.mark_lost(url);
+                    }
+                }
+                None => self.mark_lost(url),
+            },
+        }
+        probe == Probe::Serving
+    }
+
+    /// Probes `urls` now and records each answer; returns the ones that
+    /// did not answer SERVING. Used after a job failed, when one missed
+    /// probe is evidence enough.
     pub async fn probe(&self, urls: &[String]) -> Vec<String> {
-        let mut lost = vec![];
-        for (url, serving) in probe_all(&self.clients, urls).await {
-            if serving {
-                self.mark_healthy(url);
-            } else {
-                self.mark_lost(url);
-                lost.push(url.clone());
+        let mut unusable = vec![];
+        for (url, probe) in probe_all(&self.clients, urls).await {
+            if !self.record(url, probe, None) {
+                unusable.push(url.clone());
             }
         }
-        lost
+        unusable
     }
 
     /// Probes the resolver's workers every `interval` in the background,
@@ -128,25 +164,32 @@ impl WorkerHealth {
                 tick.tick().await;
                 let urls = resolver.get_urls();
                 health.lost.retain(|url, _| urls.contains(url));
+                health.draining.retain(|url, _| urls.contains(url));
                 misses.retain(|url, _| urls.contains(url));
-                for (url, serving) in probe_all(&health.clients, &urls).await {
-                    if serving {
+                for (url, probe) in probe_all(&health.clients, &urls).await {
+                    if probe != Probe::Unreachable {
                         misses.remove(url);
-                        health.mark_healthy(url);
+                        health.record(url, probe, None);
                         continue;
                     }
-                    let missed = misses.entry(url.clone()).or_default();
-                    *missed += 1;
-                    if *missed >= MISSES_TO_LOSE {
-                        health.mark_lost(url);
-                    }
+                    health.record(url, probe, Some(misses.entry(url.clone()).or_default()));
                 }
             }
         }))
     }
 }
 
-async fn probe_all<'a>(clients: &PeerClients, urls: &'a [String]) -> Vec<(&'a String, bool)> {
+/// A health probe's outcome.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Probe {
+    Serving,
+    /// Answered, but not SERVING: shutting down gracefully.
+    Draining,
+    /// No answer in time, or no connection.
+    Unreachable,
+}
+
+async fn probe_all<'a>(clients: &PeerClients, urls: &'a [String]) -> Vec<(&'a String, Probe)> {
     join_all(
         urls.iter()
             .map(|url| async move { (url, probe_one(clients, url).await) }),
@@ -154,17 +197,18 @@ async fn probe_all<'a>(clients: &PeerClients, urls: &'a [String]) -> Vec<(&'a St
     .await
 }
 
-async fn probe_one(clients: &PeerClients, url: &str) -> bool {
+async fn probe_one(clients: &PeerClients, url: &str) -> Probe {
     let Ok(channel) = clients.channel(url) else {
-        return false;
+        return Probe::Unreachable;
     };
     let mut client = HealthClient::new(channel);
     let check = client.check(HealthCheckRequest {
         service: String::new(),
     });
     match tokio::time::timeout(PROBE_TIMEOUT, check).await {
-        Ok(Ok(response)) => response.into_inner().status() == ServingStatus::Serving,
-        _ => false,
+        Ok(Ok(response)) if response.get_ref().status() == ServingStatus::Serving => Probe::Serving,
+        Ok(Ok(_)) => Probe::Draining,
+        _ => Probe::Unreachable,
     }
 }
 

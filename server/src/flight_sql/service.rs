@@ -5,7 +5,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::FlightSqlService;
@@ -22,7 +21,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::statements::StatementStore;
 use crate::coordinator::Coordinator;
-use squadron_worker::stream::flight_batches::{for_flight, NO_ENCODER_SPLIT};
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,
@@ -110,22 +108,8 @@ impl FlightSqlService for SquadronFlightSql {
         let handle = std::str::from_utf8(&ticket.statement_handle)
             .map_err(|_| Status::invalid_argument("the statement handle is not UTF-8"))?;
         let planned = self.statements.take(handle)?;
-        let schema = planned.schema.clone();
-        let job_id = handle.to_string();
-        let batches = self
-            .coordinator
-            .execute(&job_id, planned)
-            .await?
-            .map_ok(|batch| {
-                futures::stream::iter(for_flight(batch).into_iter().map(Ok::<_, Status>))
-            })
-            .try_flatten();
-        let stream = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .with_max_flight_data_size(NO_ENCODER_SPLIT)
-            .build(batches.map_err(FlightError::from))
-            .map_err(Status::from);
-        Ok(Response::new(stream.boxed()))
+        let stream = self.coordinator.execute(handle, planned).await?;
+        Ok(Response::new(stream))
     }
 
     async fn get_flight_info_sql_info(

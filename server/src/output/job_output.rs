@@ -1,6 +1,11 @@
 //! The job output: the final stage's task streams merged (`SelectAll`) into
 //! the one stream the client reads.
 //!
+//! The final stage's messages are forwarded as the workers encoded them
+//! (in the client's schema, see `planner::client_types`): the coordinator
+//! reads only their IPC headers, for the row count, and never decodes or
+//! re-encodes result data. Its work per query stays O(stages + tasks).
+//!
 //! Batches go through a small bounded channel to the client's `DoGet`, so a
 //! slow client slows the final tasks (and through their buffers, the whole
 //! job). An attempt's output ends when every final stream ended, a task
@@ -8,11 +13,13 @@
 
 use std::time::Duration;
 
-use datafusion::arrow::record_batch::RecordBatch;
+use arrow_flight::FlightData;
 use futures::StreamExt;
 use squadron_proto::StreamKey;
-use squadron_worker::client::{fetch_stream, PeerClients};
+use squadron_worker::client::PeerClients;
 use squadron_worker::error::to_status;
+use squadron_worker::stream::fetch::fetch_raw_stream;
+use squadron_worker::stream::ipc_header::{message_kind, MessageKind};
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -21,11 +28,12 @@ use crate::planner::JobGraph;
 use crate::scheduler::dispatch::{JobAttempt, TaskFailure};
 use crate::scheduler::Placement;
 
-/// Batches in flight between the job output and the client's `DoGet`.
-pub const OUTPUT_BUFFER: usize = 2;
+/// Messages in flight between the job output and the client's `DoGet`.
+pub const OUTPUT_BUFFER: usize = 4;
 
-/// Where the job's results go: the client's `DoGet` stream.
-pub type OutputSender = mpsc::Sender<Result<RecordBatch, Status>>;
+/// Where the job's results go: the client's `DoGet` stream, as encoded
+/// Flight messages.
+pub type OutputSender = mpsc::Sender<Result<FlightData, Status>>;
 
 /// How one attempt's output ended.
 #[derive(Debug)]
@@ -59,7 +67,7 @@ pub async fn stream_output(
             channel: 0,
         };
         let url = placement.worker_of(final_stage.id, partition).to_string();
-        fetch_stream(clients.clone(), url, key).boxed()
+        fetch_raw_stream(clients.clone(), url, key).boxed()
     });
     let mut merged = futures::stream::select_all(streams);
     // Closed once every task monitor ended without a failure.
@@ -72,9 +80,13 @@ pub async fn stream_output(
                 None => failures_open = false,
             },
             next = merged.next() => match next {
-                Some(Ok(batch)) => {
-                    let rows = batch.num_rows() as u64;
-                    if tx.send(Ok(batch)).await.is_err() {
+                Some(Ok(message)) => {
+                    // fetch_raw_stream passes record batches only.
+                    let rows = match message_kind(&message) {
+                        Ok(MessageKind::RecordBatch { rows }) => rows,
+                        _ => 0,
+                    };
+                    if tx.send(Ok(message)).await.is_err() {
                         return AttemptEnd::ClientGone;
                     }
                     *rows_sent += rows;

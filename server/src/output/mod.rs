@@ -1,10 +1,12 @@
 //! Streaming a job's result to the client.
 
+pub mod encode;
 pub mod job_output;
 
+pub use encode::{encode_batches, schema_message};
 pub use job_output::{stream_output, AttemptEnd, OutputSender, OUTPUT_BUFFER};
 
-/// What the client's `DoGet` reads: the job's batches, or its error.
-pub type JobStream = tokio_stream::wrappers::ReceiverStream<
-    Result<datafusion::arrow::record_batch::RecordBatch, tonic::Status>,
->;
+/// What the client's `DoGet` sends: the result's Flight messages (schema
+/// first), or its error.
+pub type JobStream =
+    futures::stream::BoxStream<'static, Result<arrow_flight::FlightData, tonic::Status>>;

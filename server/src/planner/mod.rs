@@ -2,11 +2,14 @@
 
 pub mod allow_list;
 pub mod build_side;
+pub mod client_types;
 pub mod cut;
 pub mod encode;
 pub mod job_graph;
+pub mod local;
 pub mod readers;
 
+pub use client_types::for_clients;
 pub use cut::build_job_graph;
 pub use encode::encode_stages;
 pub use job_graph::{JobGraph, Stage, StageOutput};

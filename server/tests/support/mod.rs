@@ -2,8 +2,6 @@
 //! the single-node oracle.
 #![allow(dead_code)] // each test file uses a different part
 
-pub mod compare;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

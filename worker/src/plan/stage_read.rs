@@ -25,8 +25,10 @@ use futures::StreamExt;
 use squadron_proto::v1::ReadMode;
 use squadron_proto::StreamKey;
 
-use crate::client::{fetch_stream, PeerClients};
+use crate::client::PeerClients;
 use crate::error::upstream_error;
+use crate::stream::fetch::fetch_stream;
+use crate::stream::manager::REGISTRATION_WAIT;
 use crate::stream::{PendingStream, StreamManager};
 
 /// The upstream task locations one task attempt reads from.
@@ -41,6 +43,9 @@ pub struct StageBinding {
     /// This worker's own task streams: an upstream task that ran here is
     /// read straight from its channel, without a Flight round trip.
     pub local: StreamManager,
+    /// The URL the coordinator knows this worker by: upstream tasks there
+    /// ran here, even if they have not registered their streams yet.
+    pub own_url: String,
 }
 
 #[derive(Debug)]
@@ -257,6 +262,9 @@ impl ExecutionPlan for StageReadExec {
             .map(|(url, key)| match binding.local.take(&key) {
                 // Stream keys name the job, so a local hit is this stream.
                 Some(pending) => local_stream(pending, key).boxed(),
+                None if url == binding.own_url => {
+                    late_local_stream(binding.local.clone(), key).boxed()
+                }
                 None => fetch_stream(binding.clients.clone(), url, key).boxed(),
             });
         // Read all upstream streams at once: a producer blocked on one
@@ -267,6 +275,29 @@ impl ExecutionPlan for StageReadExec {
             merged,
         )))
     }
+}
+
+/// The batches of a task stream produced on this worker by a task that
+/// has not registered it yet.
+fn late_local_stream(
+    local: StreamManager,
+    key: StreamKey,
+) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static {
+    futures::stream::once(async move {
+        match local.take_when_registered(&key, REGISTRATION_WAIT).await {
+            Some(pending) => local_stream(pending, key).boxed(),
+            None => {
+                let status = tonic::Status::not_found(format!(
+                    "task stream {key} was not registered within {REGISTRATION_WAIT:?}"
+                ));
+                futures::stream::once(async move {
+                    Err(upstream_error(&format!("{key} on this worker"), &status))
+                })
+                .boxed()
+            }
+        }
+    })
+    .flatten()
 }
 
 /// The batches of a task stream produced on this worker.

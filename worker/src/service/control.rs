@@ -8,6 +8,7 @@ use squadron_proto::v1::{
     CleanUpJobRequest, CleanUpJobResponse, RunTaskRequest, StopTaskRequest, StopTaskResponse,
     TaskState, TaskStatus,
 };
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::stream::StreamManager;
@@ -18,14 +19,23 @@ pub struct WorkerControl {
     runner: TaskRunner,
     streams: StreamManager,
     tasks: TaskRegistry,
+    draining: CancellationToken,
 }
 
 impl WorkerControl {
-    pub fn new(runner: TaskRunner, streams: StreamManager, tasks: TaskRegistry) -> Self {
+    /// `draining` is cancelled when the worker starts shutting down: from
+    /// then on new tasks are refused while running ones finish.
+    pub fn new(
+        runner: TaskRunner,
+        streams: StreamManager,
+        tasks: TaskRegistry,
+        draining: CancellationToken,
+    ) -> Self {
         Self {
             runner,
             streams,
             tasks,
+            draining,
         }
     }
 }
@@ -40,6 +50,11 @@ impl WorkerService for WorkerControl {
         &self,
         request: Request<RunTaskRequest>,
     ) -> Result<Response<Self::RunTaskStream>, Status> {
+        if self.draining.is_cancelled() {
+            return Err(Status::unavailable(
+                "this worker is shutting down and takes no new tasks",
+            ));
+        }
         let prepared = self.runner.prepare(request.into_inner())?;
         let key = prepared.key().clone();
         let accepted = status(&key, TaskState::Accepted);

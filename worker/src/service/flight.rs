@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::stream::end_marker::end_message;
 use crate::stream::flight_batches::{for_flight, NO_ENCODER_SPLIT};
+use crate::stream::manager::REGISTRATION_WAIT;
 use crate::stream::{PendingStream, StreamManager};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -91,10 +92,17 @@ impl FlightService for WorkerFlight {
         let ticket = request.into_inner();
         let key = StreamKey::from_ticket(&ticket.ticket)
             .ok_or_else(|| Status::invalid_argument("the ticket is not a task stream ticket"))?;
+        // The producer may not have registered yet: its task was sent at
+        // the same time as the consumer's.
         let pending = self
             .streams
-            .take(&key)
-            .ok_or_else(|| Status::not_found(format!("no task stream {key} on this worker")))?;
+            .take_when_registered(&key, REGISTRATION_WAIT)
+            .await
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "no task stream {key} on this worker (none registered within {REGISTRATION_WAIT:?})"
+                ))
+            })?;
         Ok(Response::new(serve_stream(pending).boxed()))
     }
 

@@ -6,13 +6,20 @@
 //! drops that stream (job end, cancel, coordinator gone) the task's unread
 //! streams go with it. Entries never expire by age, so a stream read late
 //! (a probe side waiting behind a long build) is still there.
+//!
+//! All tasks of a job are dispatched at once, so a consumer may ask for a
+//! stream before its producer registered it. Such a lookup waits, bounded
+//! by `REGISTRATION_WAIT`, on one notification shared by all waiters: a
+//! waiter adds nothing to any map, so bogus tickets cannot grow one.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use datafusion::arrow::datatypes::SchemaRef;
 use squadron_proto::StreamKey;
+use tokio::sync::Notify;
 use tonic::Status;
 
 use super::channel::OutputReader;
@@ -23,9 +30,13 @@ pub struct PendingStream {
     pub reader: OutputReader,
 }
 
+/// How long a lookup waits for a stream's producer to register it.
+pub const REGISTRATION_WAIT: Duration = Duration::from_secs(30);
+
 #[derive(Clone, Default)]
 pub struct StreamManager {
     pending: Arc<DashMap<StreamKey, PendingStream>>,
+    registered: Arc<Notify>,
 }
 
 impl std::fmt::Debug for StreamManager {
@@ -46,28 +57,55 @@ impl StreamManager {
     ) -> Result<(), Status> {
         let mut registered = Vec::with_capacity(streams.len());
         for (key, reader) in streams {
-            match self.pending.entry(key.clone()) {
-                Entry::Occupied(_) => {
-                    self.drop_keys(&registered);
-                    return Err(Status::already_exists(format!(
-                        "task stream {key} is already registered"
-                    )));
-                }
+            // The entry guard locks its shard: it must be gone before the
+            // rollback touches the map, or a key in the same shard deadlocks.
+            let inserted = match self.pending.entry(key.clone()) {
+                Entry::Occupied(_) => false,
                 Entry::Vacant(slot) => {
                     slot.insert(PendingStream {
                         schema: Arc::clone(schema),
                         reader,
                     });
-                    registered.push(key);
+                    true
                 }
+            };
+            if !inserted {
+                self.drop_keys(&registered);
+                return Err(Status::already_exists(format!(
+                    "task stream {key} is already registered"
+                )));
             }
+            registered.push(key);
         }
+        self.registered.notify_waiters();
         Ok(())
     }
 
     /// Takes a stream for its one consumer.
     pub fn take(&self, key: &StreamKey) -> Option<PendingStream> {
         self.pending.remove(key).map(|(_, stream)| stream)
+    }
+
+    /// Takes a stream, waiting up to `within` for it to be registered.
+    pub async fn take_when_registered(
+        &self,
+        key: &StreamKey,
+        within: Duration,
+    ) -> Option<PendingStream> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Listen before looking, so a registration in between is not
+            // missed.
+            let notified = self.registered.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(stream) = self.take(key) {
+                return Some(stream);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.take(key);
+            }
+        }
     }
 
     /// Drops the given streams if still unread; returns how many.
@@ -128,6 +166,40 @@ mod tests {
         assert!(m.take(&key("j", 0, 0)).is_some());
         assert!(m.take(&key("j", 0, 0)).is_none());
         assert!(m.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_lookup_waits_for_a_late_registration_but_not_forever() {
+        let m = StreamManager::default();
+        let waiting = {
+            let m = m.clone();
+            tokio::spawn(async move {
+                m.take_when_registered(&key("j", 0, 0), Duration::from_secs(10))
+                    .await
+                    .is_some()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Another stream's registration wakes the waiter, which keeps waiting.
+        m.register(
+            vec![(key("other", 0, 0), readers(1).pop().unwrap())],
+            &schema(),
+        )
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        m.register(vec![(key("j", 0, 0), readers(1).pop().unwrap())], &schema())
+            .unwrap();
+        assert!(waiting.await.unwrap(), "the late stream was handed over");
+        assert_eq!(m.len(), 1);
+
+        let start = std::time::Instant::now();
+        let bogus = m
+            .take_when_registered(&key("never", 0, 0), Duration::from_millis(50))
+            .await;
+        assert!(bogus.is_none());
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert_eq!(m.len(), 1, "a waiter leaves nothing behind");
     }
 
     #[test]

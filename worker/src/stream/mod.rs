@@ -3,7 +3,9 @@
 
 pub mod channel;
 pub mod end_marker;
+pub mod fetch;
 pub mod flight_batches;
+pub mod ipc_header;
 pub mod manager;
 pub mod writer;
 

@@ -114,8 +114,15 @@ impl TaskRunner {
         let task_ctx = self.task_context(&definition.settings)?;
         let plan = decode_plan(&definition.plan, &task_ctx)
             .map_err(|e| Status::invalid_argument(format!("cannot decode the task plan: {e}")))?;
-        let plan = bind_inputs(plan, key, &definition.inputs, &request.peers, self)
-            .map_err(|e| Status::invalid_argument(format!("cannot bind task inputs: {e}")))?;
+        let plan = bind_inputs(
+            plan,
+            key,
+            &definition.inputs,
+            &request.peers,
+            &request.own_url,
+            self,
+        )
+        .map_err(|e| Status::invalid_argument(format!("cannot bind task inputs: {e}")))?;
         let partition = key.partition as usize;
 
         let (plan, router) = match output.kind() {
@@ -350,6 +357,7 @@ fn bind_inputs(
     key: &TaskKey,
     inputs: &[StageInput],
     peers: &[String],
+    own_url: &str,
     runner: &TaskRunner,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
@@ -378,6 +386,7 @@ fn bind_inputs(
             upstream,
             clients: runner.clients.clone(),
             local: runner.streams.clone(),
+            own_url: own_url.to_string(),
         })?;
         Ok(Transformed::yes(Arc::new(bound) as Arc<dyn ExecutionPlan>))
     })

@@ -1,5 +1,6 @@
-//! Comparing query answers: same rows, in order when the query orders them,
-//! floats within a tolerance.
+//! Comparing query answers with an oracle's: same rows, in order when the
+//! query orders them, floats within a tolerance. Used by the cluster tests
+//! and by `squadron-bench`, which checks every answer it times.
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};

@@ -1,0 +1,181 @@
+//! The cluster under test: two `squadron-worker` processes and a
+//! `squadron-server` coordinator process over them, so that each one's
+//! memory can be measured on its own and the load generator shares nothing
+//! with the server but the machine.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// A child process killed on drop, with the URL it printed on start.
+pub struct Process {
+    child: Child,
+    pub url: String,
+}
+
+impl Process {
+    /// Starts a binary next to this one and waits for the line ending in
+    /// its URL (`… listening on http://host:port`).
+    fn spawn(binary: &str, args: &[String]) -> anyhow::Result<Self> {
+        let bin = std::env::current_exe()?.with_file_name(binary);
+        let mut child = Command::new(&bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {}: {e}", bin.display()))?;
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let url = loop {
+            match lines.next() {
+                Some(line) => {
+                    let line = line?;
+                    // Workers print http://, the coordinator grpc:// (for
+                    // clients); tonic dials either as http://.
+                    let last = line.rsplit(' ').next().unwrap_or_default();
+                    if let Some(rest) = last.strip_prefix("grpc://") {
+                        break format!("http://{rest}");
+                    }
+                    if last.starts_with("http://") {
+                        break last.to_string();
+                    }
+                }
+                None => anyhow::bail!("{binary} exited before printing its address"),
+            }
+        };
+        Ok(Self { child, url })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Cluster {
+    pub coordinator: Process,
+    pub workers: Vec<Process>,
+}
+
+impl Cluster {
+    /// Two workers and a coordinator serving the TPC-H data in `data_dir`
+    /// (generated there beforehand at `scale`).
+    pub fn start(data_dir: &Path, scale: f64, partitions: Option<usize>) -> anyhow::Result<Self> {
+        let workers = (0..2)
+            .map(|_| {
+                Process::spawn(
+                    "squadron-worker",
+                    &["--listen".into(), "127.0.0.1:0".into()],
+                )
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut args: Vec<String> = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--demo".into(),
+            "--demo-scale".into(),
+            scale.to_string(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--workers".into(),
+            workers
+                .iter()
+                .map(|w| w.url.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ];
+        if let Some(p) = partitions {
+            args.extend(["--partitions".into(), p.to_string()]);
+        }
+        let coordinator = Process::spawn("squadron-server", &args)?;
+        Ok(Self {
+            coordinator,
+            workers,
+        })
+    }
+
+    /// A client on its own connection (HTTP/2 multiplexes one connection's
+    /// calls; separate clients should not queue behind each other).
+    pub async fn client(&self) -> anyhow::Result<FlightSqlServiceClient<Channel>> {
+        let channel = Endpoint::from_shared(self.coordinator.url.clone())?
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        Ok(FlightSqlServiceClient::new(channel))
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        std::iter::once(self.coordinator.pid())
+            .chain(self.workers.iter().map(Process::pid))
+            .collect()
+    }
+}
+
+/// Resident memory of a process in bytes, from /proc (0 when unknown).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .unwrap_or(0)
+}
+
+/// CPU time (user + system) a process has used so far, from /proc.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is field 3, utime and stime are fields 14 and 15.
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Linux reports in USER_HZ, 100 on every platform Rust targets.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Samples the resident memory of some processes every 20 ms until
+/// stopped; `stop` returns each one's peak.
+pub struct RssSampler {
+    running: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u64>>,
+}
+
+impl RssSampler {
+    pub fn start(pids: Vec<u32>) -> Self {
+        let running = Arc::new(AtomicBool::new(true));
+        let flag = Arc::clone(&running);
+        let thread = std::thread::spawn(move || {
+            let mut peaks = vec![0u64; pids.len()];
+            while flag.load(Ordering::Relaxed) {
+                for (peak, pid) in peaks.iter_mut().zip(&pids) {
+                    *peak = (*peak).max(rss_bytes(*pid));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peaks
+        });
+        Self { running, thread }
+    }
+
+    pub fn stop(self) -> Vec<u64> {
+        self.running.store(false, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}

@@ -1,0 +1,165 @@
+//! `squadron-bench`: Squadron measured through Flight SQL against a
+//! coordinator process with two worker processes, side by side with
+//! in-process single-node DataFusion in the same run.
+//!
+//! Suites (all by default): `latency` (SELECT 1 and a point query, p50/p99),
+//! `concurrency` (8 and 32 clients on short queries, queries/s), `stream`
+//! (SELECT * FROM lineitem to the client, with peak memory per process) and
+//! `tpch` (the 22 queries, every answer checked against DataFusion).
+//! Prints a table per suite and optionally writes every figure as JSON.
+
+mod cluster;
+mod flight;
+mod micro;
+mod stats;
+mod tpch;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::{json, Value};
+use squadron_server::catalog::tpch as tpch_data;
+
+use cluster::Cluster;
+use micro::ShortQuery;
+
+#[derive(Parser, Debug)]
+#[command(name = "squadron-bench")]
+struct Args {
+    /// TPC-H scale factor.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Suites to run, comma separated: latency, concurrency, stream, tpch.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "latency,concurrency,stream,tpch"
+    )]
+    suites: Vec<String>,
+    /// TPC-H runs per query and engine; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    iterations: usize,
+    /// TPC-H queries to run (default all 22), comma separated numbers.
+    #[arg(long, value_delimiter = ',')]
+    queries: Vec<usize>,
+    /// Round trips per latency figure.
+    #[arg(long, default_value_t = 500)]
+    latency_runs: usize,
+    /// Seconds per concurrency figure.
+    #[arg(long, default_value_t = 5.0)]
+    concurrency_seconds: f64,
+    /// Where the generated data is kept (reused across runs).
+    #[arg(long, default_value = "squadron-data")]
+    data_dir: PathBuf,
+    /// Partitions (tasks) per stage for Squadron; default 2 per worker.
+    #[arg(long)]
+    partitions: Option<usize>,
+    /// Where the TPC-H query files are.
+    #[arg(long, default_value = "testdata/tpch")]
+    query_dir: PathBuf,
+    /// Also write every figure to this JSON file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+const SUITES: [&str; 4] = ["latency", "concurrency", "stream", "tpch"];
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    squadron_worker::logging::init();
+    let args = Args::parse();
+    if let Some(bad) = args.suites.iter().find(|s| !SUITES.contains(&s.as_str())) {
+        anyhow::bail!("unknown suite {bad:?}; choose from {}", SUITES.join(", "));
+    }
+    let wants = |suite: &str| args.suites.iter().any(|s| s == suite);
+    let dir = args.data_dir.join(format!("tpch-sf{}", args.scale));
+    eprintln!("data: {} (generating if missing)", dir.display());
+    let tables = tpch_data::generate(&dir, args.scale)?;
+    let cluster = Cluster::start(&args.data_dir, args.scale, args.partitions)?;
+    let mut client = cluster.client().await?;
+    println!(
+        "Squadron: coordinator process + 2 worker processes, loopback, plaintext | TPC-H SF{}",
+        args.scale
+    );
+    let mut results = serde_json::Map::new();
+    results.insert("machine".into(), machine());
+    results.insert("scale".into(), json!(args.scale));
+    let point = ShortQuery::PointLookup {
+        customers: (150_000.0 * args.scale).max(1.0) as u64,
+    };
+
+    if wants("latency") {
+        println!("\n== latency (one client, round trip: GetFlightInfo + DoGet)");
+        let mut figures = vec![];
+        for query in [ShortQuery::SelectOne, point] {
+            figures.push(micro::latency(&mut client, query, args.latency_runs).await?);
+        }
+        results.insert("latency".into(), Value::Array(figures));
+    }
+    if wants("concurrency") {
+        println!("\n== concurrency (each client on its own connection)");
+        let duration = Duration::from_secs_f64(args.concurrency_seconds);
+        let mut figures = vec![];
+        for query in [ShortQuery::SelectOne, point] {
+            for clients in [8, 32] {
+                figures.push(micro::concurrent(&cluster, query, clients, duration).await?);
+            }
+        }
+        results.insert("concurrency".into(), Value::Array(figures));
+    }
+    if wants("stream") {
+        println!("\n== streaming a whole table to the client");
+        results.insert(
+            "stream".into(),
+            micro::stream_table(&cluster, "lineitem").await?,
+        );
+    }
+    if wants("tpch") {
+        println!(
+            "\n== TPC-H SF{} vs in-process single-node DataFusion, median of {}",
+            args.scale, args.iterations
+        );
+        let queries: Vec<usize> = if args.queries.is_empty() {
+            (1..=22).collect()
+        } else {
+            args.queries.clone()
+        };
+        let run = tpch::TpchRun {
+            tables: &tables,
+            query_dir: &args.query_dir,
+            queries: &queries,
+            iterations: args.iterations,
+            partitions: args.partitions.unwrap_or(4),
+        };
+        results.insert("tpch".into(), run.run(&mut client).await?);
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&Value::Object(results))?)?;
+        eprintln!("figures written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// What the figures were measured on.
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": model,
+        "memory_gib": mem_kib as f64 / (1024.0 * 1024.0),
+        "os": std::env::consts::OS,
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+    })
+}

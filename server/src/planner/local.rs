@@ -1,0 +1,75 @@
+//! Plans the coordinator answers itself: those that read no table.
+//!
+//! `SELECT 1`, `SELECT now()`, a `VALUES` list: their only inputs are
+//! constants written in the statement, so there is nothing for a worker to
+//! read and sending them out would cost two extra round trips for no work.
+//! Anything that scans a table or generates rows (`generate_series`,
+//! `range`, which can be made arbitrarily large) goes to the workers.
+
+use std::sync::Arc;
+
+use datafusion::datasource::memory::{DataSourceExec, MemorySourceConfig};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// Whether every input of `plan` is a constant of the statement.
+pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let children = plan.children();
+    if children.is_empty() {
+        return plan.is::<PlaceholderRowExec>()
+            || plan.is::<EmptyExec>()
+            || plan
+                .downcast_ref::<DataSourceExec>()
+                .is_some_and(|scan| scan.data_source().is::<MemorySourceConfig>());
+    }
+    children.into_iter().all(reads_no_table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+
+    async fn plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        ctx.sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn constants_stay_and_tables_and_generators_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.parquet");
+        let ctx = SessionContext::new();
+        ctx.sql(&format!(
+            "COPY (SELECT 1 AS a) TO '{}' STORED AS PARQUET",
+            path.display()
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+        ctx.register_parquet("t", path.to_str().unwrap(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        for sql in [
+            "SELECT 1",
+            "SELECT 1 WHERE false",
+            "SELECT sum(column1) FROM (VALUES (1), (2)) GROUP BY column1 % 2",
+        ] {
+            assert!(reads_no_table(&plan(&ctx, sql).await), "{sql}");
+        }
+        for sql in [
+            "SELECT a FROM t",
+            "SELECT * FROM generate_series(1, 10)",
+            "SELECT 1 FROM t UNION ALL SELECT 2",
+        ] {
+            assert!(!reads_no_table(&plan(&ctx, sql).await), "{sql}");
+        }
+    }
+}
