@@ -9,6 +9,11 @@ use squadron_server::catalog::{tpch, TableSpec};
 use squadron_server::{start, JobLimits, ServerOptions};
 use squadron_worker::shutdown::parse_bytes;
 
+// See the workspace Cargo.toml: large per-query buffers are reused instead
+// of being returned to the OS and faulted back in.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Squadron: a distributed SQL query engine that speaks Arrow Flight SQL.
 ///
 /// Runs the coordinator. With no --workers it starts --local-workers

@@ -10,6 +10,11 @@ use squadron_worker::task::Failpoint;
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 
+// See the workspace Cargo.toml: large per-query buffers are reused instead
+// of being returned to the OS and faulted back in.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A Squadron worker: runs query tasks sent by a coordinator and serves their
 /// output streams over Arrow Flight.
 #[derive(Parser, Debug)]

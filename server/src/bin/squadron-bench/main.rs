@@ -24,6 +24,11 @@ use squadron_server::catalog::tpch as tpch_data;
 use cluster::Cluster;
 use micro::ShortQuery;
 
+// See the workspace Cargo.toml: large per-query buffers are reused instead
+// of being returned to the OS and faulted back in.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "squadron-bench")]
 struct Args {
@@ -69,6 +74,17 @@ const SUITES: [&str; 4] = ["latency", "concurrency", "stream", "tpch"];
 async fn main() -> anyhow::Result<()> {
     squadron_worker::logging::init();
     let args = Args::parse();
+    // Interrupted, the run returns so the cluster's processes are dropped
+    // (killed) instead of outliving the benchmark.
+    tokio::select! {
+        result = run(args) => result,
+        _ = squadron_worker::shutdown::termination() => {
+            anyhow::bail!("interrupted")
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(bad) = args.suites.iter().find(|s| !SUITES.contains(&s.as_str())) {
         anyhow::bail!("unknown suite {bad:?}; choose from {}", SUITES.join(", "));
     }
