@@ -16,6 +16,7 @@ pub mod coordinator;
 pub mod flight_sql;
 pub mod output;
 pub mod planner;
+pub mod process_stats;
 pub mod scheduler;
 mod server;
 

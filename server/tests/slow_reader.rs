@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use support::{client, coordinator_with, query, rss_bytes, test_options, tpch_data, WorkerProcess};
+use squadron_server::process_stats::rss_bytes;
+use support::{client, coordinator_with, query, test_options, tpch_data, WorkerProcess};
 
 const MIB: u64 = 1 << 20;
 

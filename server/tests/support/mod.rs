@@ -125,17 +125,6 @@ pub async fn coordinator_with(options: ServerOptions) -> RunningServer {
     start(options).await.expect("starting the coordinator")
 }
 
-/// Resident memory of a process in bytes, from /proc.
-pub fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kib| kib * 1024)
-        .unwrap_or(0)
-}
-
 /// Waits until the embedded workers run no task and hold no stream, or
 /// panics naming what is left after `within`.
 pub async fn assert_workers_idle(server: &RunningServer, within: std::time::Duration, after: &str) {

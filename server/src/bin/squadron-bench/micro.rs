@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::cluster::{cpu_seconds, Cluster, RssSampler};
+use squadron_server::process_stats::cpu_seconds;
+
+use crate::cluster::{Cluster, RssSampler};
 use crate::flight::{self, Client};
 use crate::stats::{mib, ms, percentile};
 
