@@ -58,3 +58,21 @@ def test_explain_shows_stages(conn):
     stages = plans["distributed_plan"]
     assert stages.count("Stage ") >= 3, stages
     assert "StageReadExec" in stages
+
+
+def test_view_and_dictionary_columns_reach_clients_as_plain_strings(conn):
+    import pyarrow as pa
+
+    sql = (
+        "SELECT arrow_cast(n_name, 'Utf8View') AS v, "
+        "arrow_cast(n_name, 'Dictionary(Int32, Utf8)') AS d "
+        "FROM nation WHERE n_regionkey = 1 ORDER BY n_name"
+    )
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        table = cur.fetch_arrow_table()
+    assert table.schema.field("v").type == pa.string()
+    assert table.schema.field("d").type == pa.string()
+    names = ["ARGENTINA", "BRAZIL", "CANADA", "PERU", "UNITED STATES"]
+    assert table.column("v").to_pylist() == names
+    assert table.column("d").to_pylist() == names
