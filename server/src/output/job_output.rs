@@ -19,7 +19,6 @@ use squadron_proto::StreamKey;
 use squadron_worker::client::PeerClients;
 use squadron_worker::error::to_status;
 use squadron_worker::stream::fetch::fetch_raw_stream;
-use squadron_worker::stream::ipc_header::{message_kind, MessageKind};
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -80,12 +79,7 @@ pub async fn stream_output(
                 None => failures_open = false,
             },
             next = merged.next() => match next {
-                Some(Ok(message)) => {
-                    // fetch_raw_stream passes record batches only.
-                    let rows = match message_kind(&message) {
-                        Ok(MessageKind::RecordBatch { rows }) => rows,
-                        _ => 0,
-                    };
+                Some(Ok((message, rows))) => {
                     if tx.send(Ok(message)).await.is_err() {
                         return AttemptEnd::ClientGone;
                     }

@@ -40,7 +40,8 @@ pub fn fetch_stream(
     url: String,
     key: StreamKey,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
-    let messages = verified_messages(clients.clone(), url.clone(), key.clone());
+    let messages =
+        verified_messages(clients.clone(), url.clone(), key.clone()).map_ok(|(data, _rows)| data);
     read_ahead(
         clients,
         url,
@@ -49,29 +50,29 @@ pub fn fetch_stream(
     )
 }
 
-/// The record batch messages of one task output stream, undecoded (the
-/// schema message is dropped: the reader sends its own).
+/// The record batch messages of one task output stream, undecoded, each
+/// with its row count (the schema message is dropped: the reader sends its
+/// own).
 pub fn fetch_raw_stream(
     clients: PeerClients,
     url: String,
     key: StreamKey,
-) -> impl Stream<Item = Result<FlightData>> + Send + 'static {
+) -> impl Stream<Item = Result<(FlightData, u64)>> + Send + 'static {
     let messages = verified_messages(clients.clone(), url.clone(), key.clone())
-        .try_filter(|data| futures::future::ready(is_batch(data)));
+        .try_filter_map(|(data, rows)| futures::future::ready(Ok(rows.map(|rows| (data, rows)))));
     read_ahead(clients, url, key, messages)
 }
 
-fn is_batch(data: &FlightData) -> bool {
-    matches!(message_kind(data), Ok(MessageKind::RecordBatch { .. }))
-}
-
 /// DoGet, with the completion marker stripped and checked against the rows
-/// the IPC headers announced; the check fails the stream at its end.
+/// the IPC headers announced; the check fails the stream at its end. Each
+/// message comes with its rows when it is a record batch (its header is
+/// read once, here).
 fn verified_messages(
     clients: PeerClients,
     url: String,
     key: StreamKey,
-) -> impl Stream<Item = std::result::Result<FlightData, FlightError>> + Send + 'static {
+) -> impl Stream<Item = std::result::Result<(FlightData, Option<u64>), FlightError>> + Send + 'static
+{
     let seen = EndSeen::default();
     let rows = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&rows);
@@ -95,9 +96,9 @@ fn verified_messages(
         let result = match message_kind(&data) {
             Ok(MessageKind::RecordBatch { rows }) => {
                 counted.fetch_add(rows, Ordering::Relaxed);
-                Ok(data)
+                Ok((data, Some(rows)))
             }
-            Ok(MessageKind::Schema) => Ok(data),
+            Ok(MessageKind::Schema) => Ok((data, None)),
             Ok(MessageKind::Other(name)) => Err(FlightError::protocol(format!(
                 "an unexpected {name} message in a task output stream"
             ))),
