@@ -102,6 +102,11 @@ impl RunningServer {
     }
 }
 
+/// Largest estimated build side a join broadcasts to every task.
+pub const BROADCAST_BUILD_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Most estimated build rows a join broadcasts to every task.
+pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
+
 /// The planning session: DataFusion's defaults, less what a plan split over
 /// processes cannot honour.
 pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
@@ -120,6 +125,19 @@ pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
     // other operators, which a stage cut can separate from it; rewriting
     // uncorrelated scalar subqueries to joins keeps every stage self-contained.
     optimizer.enable_physical_uncorrelated_scalar_subquery = false;
+    // A collected (broadcast) build side is copied to every task, but a
+    // partitioned join ships both inputs through a shuffle, encoding and
+    // decoding every probe row; across processes that costs far more than
+    // in one, so builds of up to 16 MiB / 1 M rows are broadcast rather
+    // than the single-node 1 MiB / 128 K (TPC-H SF1 total 1.34-1.38 ->
+    // 1.22-1.28 of DataFusion, q5 1.65 -> 1.0-1.07; docs/benchmarks.md).
+    // A round-robin repartition spreads a one-partition input (a small
+    // file, a global aggregate, a nested-loop join) over more partitions.
+    // In one process that is a cheap hand-off; here it is a stage boundary,
+    // a shuffle over the network for rows one task already holds.
+    optimizer.enable_round_robin_repartition = false;
+    optimizer.hash_join_single_partition_threshold = BROADCAST_BUILD_MAX_BYTES;
+    optimizer.hash_join_single_partition_threshold_rows = BROADCAST_BUILD_MAX_ROWS;
     // Parquet strings as Utf8, not Utf8View: a slice or `take` of a view
     // array keeps every data buffer of the original, and Arrow IPC ships
     // them whole, so a shuffle or a client stream of view columns carried

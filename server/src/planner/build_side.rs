@@ -44,6 +44,16 @@ fn needs_whole_probe_side(plan: &Arc<dyn ExecutionPlan>) -> bool {
     false
 }
 
+/// The collected build side without its merge: a hash shuffle reads every
+/// partition anyway, and a merge first would funnel the build side through
+/// one task (a stage and a hop for nothing).
+fn unmerged(build: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    match build.downcast_ref::<CoalescePartitionsExec>() {
+        Some(merge) if merge.fetch().is_none() => Arc::clone(merge.input()),
+        _ => build,
+    }
+}
+
 /// Rewrites `plan` when it is a join that must see its whole probe side:
 /// partitioned on its keys when it has any, else with the probe side
 /// merged into one partition.
@@ -66,7 +76,7 @@ pub fn gather_probe_side(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Executi
                 .map(|(b, p)| (Arc::clone(b), Arc::clone(p)))
                 .unzip();
             let build = Arc::new(RepartitionExec::try_new(
-                build,
+                unmerged(build),
                 Partitioning::Hash(build_keys, partitions),
             )?);
             let probe = Arc::new(RepartitionExec::try_new(

@@ -72,7 +72,12 @@ pub struct Cluster {
 impl Cluster {
     /// Two workers and a coordinator serving the TPC-H data in `data_dir`
     /// (generated there beforehand at `scale`).
-    pub fn start(data_dir: &Path, scale: f64, partitions: Option<usize>) -> anyhow::Result<Self> {
+    pub fn start(
+        data_dir: &Path,
+        scale: f64,
+        partitions: Option<usize>,
+        settings: &[String],
+    ) -> anyhow::Result<Self> {
         let workers = (0..2)
             .map(|_| {
                 Process::spawn(
@@ -98,6 +103,9 @@ impl Cluster {
         ];
         if let Some(p) = partitions {
             args.extend(["--partitions".into(), p.to_string()]);
+        }
+        for setting in settings {
+            args.extend(["--set".into(), setting.clone()]);
         }
         let coordinator = Process::spawn("squadron-server", &args)?;
         Ok(Self {

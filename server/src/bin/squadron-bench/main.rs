@@ -60,6 +60,10 @@ struct Args {
     /// Partitions (tasks) per stage for Squadron; default 2 per worker.
     #[arg(long)]
     partitions: Option<usize>,
+    /// A DataFusion option for Squadron's coordinator, `KEY=VALUE`
+    /// (passed on as its `--set`); repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
     /// Where the TPC-H query files are.
     #[arg(long, default_value = "testdata/tpch")]
     query_dir: PathBuf,
@@ -92,7 +96,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let dir = args.data_dir.join(format!("tpch-sf{}", args.scale));
     eprintln!("data: {} (generating if missing)", dir.display());
     let tables = tpch_data::generate(&dir, args.scale)?;
-    let cluster = Cluster::start(&args.data_dir, args.scale, args.partitions)?;
+    let cluster = Cluster::start(&args.data_dir, args.scale, args.partitions, &args.settings)?;
     let mut client = cluster.client().await?;
     println!(
         "Squadron: coordinator process + 2 worker processes, loopback, plaintext | TPC-H SF{}",
