@@ -3,8 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::common::Result;
+use datafusion::datasource::file_format::options::ReadOptions;
+use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
+
+use crate::planner::client_types::client_type;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableFormat {
@@ -92,8 +97,9 @@ impl TableSpec {
         }
         match self.format {
             TableFormat::Parquet => {
-                ctx.register_parquet(&self.name, &path, ParquetReadOptions::default())
-                    .await
+                let schema = plain_schema(ctx, &path).await?;
+                let options = ParquetReadOptions::default().schema(&schema);
+                ctx.register_parquet(&self.name, &path, options).await
             }
             TableFormat::Csv => {
                 let options = CsvReadOptions::new().has_header(true);
@@ -103,9 +109,30 @@ impl TableSpec {
     }
 }
 
+/// The Parquet files' schema with string and binary views as plain
+/// `Utf8`/`Binary`. Writers such as tpchgen embed view types in the file's
+/// Arrow schema; read as views, every string column was decoded into views
+/// and then cast for the client (and shipped as views between workers).
+/// Declared plain, the reader decodes straight into the type clients get.
+async fn plain_schema(ctx: &SessionContext, path: &str) -> Result<Schema> {
+    let table_path = ListingTableUrl::parse(path)?;
+    let options = ParquetReadOptions::default()
+        .to_listing_options(&ctx.copied_config(), ctx.copied_table_options());
+    let inferred = options.infer_schema(&ctx.state(), &table_path).await?;
+    Ok(Schema::new_with_metadata(
+        inferred
+            .fields()
+            .iter()
+            .map(|f| Field::clone(f).with_data_type(client_type(f.data_type())))
+            .collect::<Vec<_>>(),
+        inferred.metadata().clone(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn parses_name_path_and_format() {
@@ -125,6 +152,43 @@ mod tests {
         assert!("no-equals".parse::<TableSpec>().is_err());
         assert!("bad name=/x.parquet".parse::<TableSpec>().is_err());
         assert!("t=/nowhere/x.unknown".parse::<TableSpec>().is_err());
+    }
+
+    #[tokio::test]
+    async fn parquet_view_columns_are_served_as_plain_strings() {
+        use datafusion::arrow::array::{RecordBatch, StringViewArray};
+        use datafusion::arrow::datatypes::DataType;
+        use datafusion::parquet::arrow::ArrowWriter;
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("views.parquet");
+        let batch = RecordBatch::try_from_iter([(
+            "s",
+            Arc::new(StringViewArray::from(vec![
+                "a",
+                "a string longer than twelve bytes",
+            ])) as _,
+        )])
+        .unwrap();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(&file).unwrap(), batch.schema(), None)
+                .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+
+        let ctx = SessionContext::new();
+        let spec: TableSpec = format!("t={}", file.display()).parse().unwrap();
+        spec.register(&ctx).await.unwrap();
+        let batches = ctx
+            .sql("SELECT s FROM t")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(batches[0].schema().field(0).data_type(), &DataType::Utf8);
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 2);
     }
 
     #[test]
