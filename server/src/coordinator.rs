@@ -111,11 +111,22 @@ impl Coordinator {
 
     /// Plans one SQL statement.
     pub async fn plan(&self, sql: &str) -> Result<PlannedQuery, Status> {
+        let started = Instant::now();
+        let planned = self.plan_statement(sql).await;
+        tracing::debug!(
+            micros = started.elapsed().as_micros() as u64,
+            "planned a statement"
+        );
+        planned
+    }
+
+    async fn plan_statement(&self, sql: &str) -> Result<PlannedQuery, Status> {
         let state = self.ctx.state();
         let logical = state
             .create_logical_plan(sql)
             .await
             .map_err(|e| to_status(&e))?;
+        tracing::trace!("logical plan ready");
         match &logical {
             LogicalPlan::Explain(explain) => {
                 let batches = self
@@ -163,6 +174,7 @@ impl Coordinator {
                     .await
                     .and_then(for_clients)
                     .map_err(|e| to_status(&e))?;
+                tracing::trace!("physical plan ready");
                 let schema = plan.schema();
                 if reads_no_table(&plan) {
                     return Ok(PlannedQuery {
@@ -171,6 +183,7 @@ impl Coordinator {
                     });
                 }
                 let mut graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
+                tracing::trace!("stages cut");
                 encode_stages(&mut graph).map_err(|e| to_status(&e))?;
                 Ok(PlannedQuery {
                     schema,

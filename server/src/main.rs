@@ -51,7 +51,8 @@ struct Args {
     #[arg(long, default_value = "squadron-data")]
     data_dir: PathBuf,
 
-    /// Partitions (tasks) per stage; default twice the number of workers.
+    /// Partitions (tasks) per stage; default one per core of this machine
+    /// with embedded workers, twice the number of workers with --workers.
     #[arg(long)]
     partitions: Option<usize>,
 

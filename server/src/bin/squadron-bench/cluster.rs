@@ -75,7 +75,7 @@ impl Cluster {
     pub fn start(
         data_dir: &Path,
         scale: f64,
-        partitions: Option<usize>,
+        partitions: usize,
         settings: &[String],
     ) -> anyhow::Result<Self> {
         let workers = (0..2)
@@ -101,9 +101,7 @@ impl Cluster {
                 .collect::<Vec<_>>()
                 .join(","),
         ];
-        if let Some(p) = partitions {
-            args.extend(["--partitions".into(), p.to_string()]);
-        }
+        args.extend(["--partitions".into(), partitions.to_string()]);
         for setting in settings {
             args.extend(["--set".into(), setting.clone()]);
         }

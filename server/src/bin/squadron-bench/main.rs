@@ -57,7 +57,8 @@ struct Args {
     /// Where the generated data is kept (reused across runs).
     #[arg(long, default_value = "squadron-data")]
     data_dir: PathBuf,
-    /// Partitions (tasks) per stage for Squadron; default 2 per worker.
+    /// Partitions (tasks) per stage for Squadron; default one per core of
+    /// this machine, which its workers share.
     #[arg(long)]
     partitions: Option<usize>,
     /// A DataFusion option for Squadron's coordinator, `KEY=VALUE`
@@ -96,15 +97,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let dir = args.data_dir.join(format!("tpch-sf{}", args.scale));
     eprintln!("data: {} (generating if missing)", dir.display());
     let tables = tpch_data::generate(&dir, args.scale)?;
-    let cluster = Cluster::start(&args.data_dir, args.scale, args.partitions, &args.settings)?;
+    let partitions = args
+        .partitions
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let cluster = Cluster::start(&args.data_dir, args.scale, partitions, &args.settings)?;
     let mut client = cluster.client().await?;
     println!(
-        "Squadron: coordinator process + 2 worker processes, loopback, plaintext | TPC-H SF{}",
+        "Squadron: coordinator process + 2 worker processes, loopback, plaintext, \
+         {partitions} tasks per stage | TPC-H SF{}",
         args.scale
     );
     let mut results = serde_json::Map::new();
     results.insert("machine".into(), machine());
     results.insert("scale".into(), json!(args.scale));
+    results.insert("tasks_per_stage".into(), json!(partitions));
     let point = ShortQuery::PointLookup {
         customers: (150_000.0 * args.scale).max(1.0) as u64,
     };
@@ -150,7 +156,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             query_dir: &args.query_dir,
             queries: &queries,
             iterations: args.iterations,
-            partitions: args.partitions.unwrap_or(4),
+            partitions,
         };
         results.insert("tpch".into(), run.run(&mut client).await?);
     }
