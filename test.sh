@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Squadron test on a fresh machine: format and lint checks, one
 # debug build, the Rust unit and cluster tests, then the client tests in
-# integration/ with the real Python drivers (installed into integration/.venv).
+# integration/ with the real Python drivers (installed into integration/.venv)
+# and the Arrow Flight SQL JDBC driver (fetched by Maven).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -24,3 +25,6 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r integration/requirements.txt
 "$venv/bin/python" -m pytest integration/python -q -p no:cacheprovider
+
+echo "== JDBC client tests"
+integration/java/run.sh

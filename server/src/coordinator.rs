@@ -17,8 +17,21 @@ use tonic::Status;
 
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::planner::local::reads_no_table;
+use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::scheduler::{Admission, JobReport, JobRunner, Placement};
+
+/// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
+pub fn parameter_names(plan: &LogicalPlan) -> Result<Vec<String>, Status> {
+    let mut names: Vec<String> = plan
+        .get_parameter_types()
+        .map_err(|e| to_status(&e))?
+        .into_keys()
+        .collect();
+    // `$10` after `$9`: by number where there is one.
+    names.sort_by_key(|n| (n[1..].parse::<u64>().unwrap_or(u64::MAX), n.clone()));
+    Ok(names)
+}
 
 /// How many finished jobs `recent_jobs` remembers.
 const JOB_HISTORY: usize = 256;
@@ -104,6 +117,11 @@ impl Coordinator {
         }
     }
 
+    /// The planning session and its catalog.
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
     /// Jobs running now.
     pub fn running_jobs(&self) -> usize {
         self.admission.running()
@@ -121,12 +139,31 @@ impl Coordinator {
     }
 
     async fn plan_statement(&self, sql: &str) -> Result<PlannedQuery, Status> {
-        let state = self.ctx.state();
-        let logical = state
-            .create_logical_plan(sql)
-            .await
-            .map_err(|e| to_status(&e))?;
+        let logical = self.logical_plan(sql).await?;
         tracing::trace!("logical plan ready");
+        let parameters = parameter_names(&logical)?;
+        if !parameters.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "the statement has parameters ({}): prepare it and bind values",
+                parameters.join(", ")
+            )));
+        }
+        self.plan_logical(logical).await
+    }
+
+    /// The logical plan of one SQL statement.
+    pub async fn logical_plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
+        self.ctx
+            .state()
+            .create_logical_plan(&number_placeholders(sql))
+            .await
+            .map_err(|e| to_status(&e))
+    }
+
+    /// Plans a statement already turned into a logical plan (a prepared
+    /// statement with its parameters bound).
+    pub async fn plan_logical(&self, logical: LogicalPlan) -> Result<PlannedQuery, Status> {
+        let state = self.ctx.state();
         match &logical {
             LogicalPlan::Explain(explain) => {
                 let batches = self

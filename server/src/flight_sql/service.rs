@@ -4,27 +4,42 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::FlightSqlService;
+use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::sql::{
-    CommandGetSqlInfo, CommandStatementQuery, ProstMessageExt, SqlInfo, SqlSupportedTransaction,
-    TicketStatementQuery,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetCrossReference,
+    CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
+    CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult,
+    ProstMessageExt, SqlInfo, SqlSupportedTransaction, TicketStatementQuery,
 };
+use arrow_flight::{Action, IpcMessage, SchemaAsIpc};
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
 };
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::metadata;
+use super::prepared::{Prepared, PreparedStore};
 use super::statements::StatementStore;
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, PlannedQuery};
+use crate::output::encode_batches;
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,
     statements: StatementStore,
+    prepared: PreparedStore,
     sql_info: SqlInfoData,
 }
 
@@ -33,16 +48,86 @@ impl SquadronFlightSql {
         Self {
             coordinator,
             statements: StatementStore::default(),
+            prepared: PreparedStore::default(),
             sql_info: sql_info(),
         }
     }
+
+    /// Keeps a planned statement for its DoGet and describes it: one
+    /// endpoint without a location, so clients read through the connection
+    /// they already have.
+    fn statement_info(
+        &self,
+        planned: PlannedQuery,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = planned.schema.clone();
+        let handle = self.statements.insert(planned)?;
+        let ticket = TicketStatementQuery {
+            statement_handle: handle.into_bytes().into(),
+        };
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(schema.as_ref())
+            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
+            .with_endpoint(endpoint)
+            .with_descriptor(descriptor)
+            .with_total_records(-1)
+            .with_ordered(true);
+        Ok(Response::new(info))
+    }
+
+    /// Describes a metadata answer computed on the coordinator: its ticket
+    /// is the command itself, answered again by DoGet.
+    fn command_info(
+        &self,
+        command: impl ProstMessageExt,
+        schema: &Schema,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(command.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(schema)
+            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
+            .with_endpoint(endpoint)
+            .with_descriptor(descriptor)
+            .with_total_records(-1);
+        Ok(Response::new(info))
+    }
+}
+
+/// A metadata answer as a DoGet stream.
+fn batch_stream(batch: RecordBatch) -> Response<FlightDataStream> {
+    let schema = batch.schema();
+    Response::new(encode_batches(
+        schema,
+        futures::stream::once(async { Ok(batch) }),
+    ))
+}
+
+/// A schema as the IPC bytes Flight SQL carries in prepared statement
+/// results; none at all for an empty schema (a statement without rows or
+/// without parameters), which every client reads as "no columns".
+fn schema_bytes(schema: &SchemaRef) -> Result<prost::bytes::Bytes, Status> {
+    if schema.fields().is_empty() {
+        return Ok(Default::default());
+    }
+    let message: IpcMessage = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+        .try_into()
+        .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?;
+    Ok(message.0)
 }
 
 fn sql_info() -> SqlInfoData {
     let mut builder = SqlInfoDataBuilder::new();
     builder.append(SqlInfo::FlightSqlServerName, "Squadron");
     builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-    builder.append(SqlInfo::FlightSqlServerArrowVersion, "1.5");
+    builder.append(
+        SqlInfo::FlightSqlServerArrowVersion,
+        datafusion::arrow::ARROW_VERSION,
+    );
     builder.append(SqlInfo::FlightSqlServerReadOnly, true);
     builder.append(SqlInfo::FlightSqlServerSql, true);
     builder.append(SqlInfo::FlightSqlServerSubstrait, false);
@@ -83,21 +168,260 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let planned = self.coordinator.plan(&query.query).await?;
-        let schema = planned.schema.clone();
-        let handle = self.statements.insert(planned)?;
-        let ticket = TicketStatementQuery {
-            statement_handle: handle.into_bytes().into(),
-        };
-        let endpoint =
-            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(schema.as_ref())
-            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(request.into_inner())
-            .with_total_records(-1)
-            .with_ordered(true);
-        Ok(Response::new(info))
+        self.statement_info(planned, request.into_inner())
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let plan = self.coordinator.logical_plan(&query.query).await?;
+        let prepared = Prepared::new(plan)?;
+        let dataset_schema = schema_bytes(&prepared.dataset)?;
+        let parameter_schema = schema_bytes(&prepared.parameters)?;
+        let handle = self.prepared.insert(prepared)?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.into_bytes().into(),
+            dataset_schema,
+            parameter_schema,
+        })
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
+            request.into_inner().map_err(FlightError::from),
+        )
+        .try_collect()
+        .await
+        .map_err(|e| Status::invalid_argument(format!("reading the parameter batches: {e}")))?;
+        self.prepared
+            .bind(&query.prepared_statement_handle, &batches)?;
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(query.prepared_statement_handle),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let prepared = self.prepared.get(&query.prepared_statement_handle)?;
+        let planned = self
+            .coordinator
+            .plan_logical(prepared.bound_plan()?)
+            .await?;
+        self.statement_info(planned, request.into_inner())
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        // Our FlightInfo hands out statement tickets; a client may still
+        // redeem the command itself.
+        let prepared = self.prepared.get(&query.prepared_statement_handle)?;
+        let planned = self
+            .coordinator
+            .plan_logical(prepared.bound_plan()?)
+            .await?;
+        let job_id = uuid::Uuid::new_v4().to_string();
+        let stream = self.coordinator.execute(&job_id, planned).await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        self.prepared.remove(&query.prepared_statement_handle)
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        self.command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        let batch = metadata::catalogs(self.coordinator.session(), query)?;
+        Ok(batch_stream(batch))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        self.command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        let batch = metadata::db_schemas(self.coordinator.session(), query)?;
+        Ok(batch_stream(batch))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        self.command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        let batch = metadata::tables(self.coordinator.session(), query).await?;
+        Ok(batch_stream(batch))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        self.command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        Ok(batch_stream(metadata::table_types(query)?))
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.command_info(
+            query,
+            &metadata::primary_keys_schema(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        _query: CommandGetPrimaryKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        Ok(batch_stream(RecordBatch::new_empty(
+            metadata::primary_keys_schema(),
+        )))
+    }
+
+    async fn get_flight_info_exported_keys(
+        &self,
+        query: CommandGetExportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.command_info(
+            query,
+            &metadata::foreign_keys_schema(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_exported_keys(
+        &self,
+        _query: CommandGetExportedKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        Ok(batch_stream(RecordBatch::new_empty(
+            metadata::foreign_keys_schema(),
+        )))
+    }
+
+    async fn get_flight_info_imported_keys(
+        &self,
+        query: CommandGetImportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.command_info(
+            query,
+            &metadata::foreign_keys_schema(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_imported_keys(
+        &self,
+        _query: CommandGetImportedKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        Ok(batch_stream(RecordBatch::new_empty(
+            metadata::foreign_keys_schema(),
+        )))
+    }
+
+    async fn get_flight_info_cross_reference(
+        &self,
+        query: CommandGetCrossReference,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.command_info(
+            query,
+            &metadata::foreign_keys_schema(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_cross_reference(
+        &self,
+        _query: CommandGetCrossReference,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        Ok(batch_stream(RecordBatch::new_empty(
+            metadata::foreign_keys_schema(),
+        )))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = metadata::XDBC_TYPES.schema();
+        self.command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<FlightDataStream>, Status> {
+        let batch = query
+            .into_builder(&metadata::XDBC_TYPES)
+            .build()
+            .map_err(|e| Status::internal(format!("building type info: {e}")))?;
+        Ok(batch_stream(batch))
     }
 
     async fn do_get_statement(

@@ -5,12 +5,17 @@
 //! read and sending them out would cost two extra round trips for no work.
 //! Anything that scans a table or generates rows (`generate_series`,
 //! `range`, which can be made arbitrarily large) goes to the workers.
+//!
+//! Catalog views (`information_schema`, hence `SHOW TABLES`, `SHOW
+//! COLUMNS`) are streams over the coordinator's catalog: only it has them,
+//! and they are small, so they run here too.
 
 use std::sync::Arc;
 
 use datafusion::datasource::memory::{DataSourceExec, MemorySourceConfig};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use datafusion::physical_plan::streaming::StreamingTableExec;
 use datafusion::physical_plan::ExecutionPlan;
 
 /// Whether every input of `plan` is a constant of the statement.
@@ -19,6 +24,7 @@ pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {
     if children.is_empty() {
         return plan.is::<PlaceholderRowExec>()
             || plan.is::<EmptyExec>()
+            || plan.is::<StreamingTableExec>()
             || plan
                 .downcast_ref::<DataSourceExec>()
                 .is_some_and(|scan| scan.data_source().is::<MemorySourceConfig>());
@@ -44,7 +50,9 @@ mod tests {
     async fn constants_stay_and_tables_and_generators_go() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.parquet");
-        let ctx = SessionContext::new();
+        let ctx = SessionContext::new_with_config(
+            datafusion::prelude::SessionConfig::new().with_information_schema(true),
+        );
         ctx.sql(&format!(
             "COPY (SELECT 1 AS a) TO '{}' STORED AS PARQUET",
             path.display()
@@ -61,6 +69,8 @@ mod tests {
             "SELECT 1",
             "SELECT 1 WHERE false",
             "SELECT sum(column1) FROM (VALUES (1), (2)) GROUP BY column1 % 2",
+            "SHOW TABLES",
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 't'",
         ] {
             assert!(reads_no_table(&plan(&ctx, sql).await), "{sql}");
         }

@@ -7,6 +7,7 @@ pub mod cut;
 pub mod encode;
 pub mod job_graph;
 pub mod local;
+pub mod placeholders;
 pub mod readers;
 
 pub use client_types::for_clients;

@@ -1,0 +1,386 @@
+//! Prepared statements: a parsed statement, its parameter types, and the
+//! parameter rows a client bound with DoPut.
+//!
+//! A handle lives until ClosePreparedStatement or until it has been idle
+//! for the TTL; the store holds at most `capacity` handles, and expired
+//! ones are dropped whenever a new one is made, so clients that never
+//! close their statements (the JDBC driver on a crash, a script) cannot
+//! grow it without bound.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::LogicalPlanBuilder;
+use squadron_worker::error::to_status;
+use tonic::Status;
+
+use crate::coordinator::parameter_names;
+use crate::planner::client_types::client_type;
+
+pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
+pub const DEFAULT_CAPACITY: usize = 4096;
+
+/// One prepared statement.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The statement with its placeholders.
+    pub plan: LogicalPlan,
+    /// One field per placeholder, in order: `$1`, `$2`, ….
+    pub parameters: SchemaRef,
+    /// The result schema a client is promised (empty for statements that
+    /// return no rows).
+    pub dataset: SchemaRef,
+    /// The parameter rows last bound, if any.
+    pub bound: Option<RecordBatch>,
+}
+
+impl Prepared {
+    pub fn new(plan: LogicalPlan) -> Result<Self, Status> {
+        let types = plan.get_parameter_types().map_err(|e| to_status(&e))?;
+        let fields: Vec<Field> = parameter_names(&plan)?
+            .into_iter()
+            .map(|name| {
+                // A placeholder whose type the statement does not fix
+                // (`SELECT $1`) takes whatever the client binds.
+                let data_type = types
+                    .get(&name)
+                    .cloned()
+                    .flatten()
+                    .map_or(DataType::Null, |t| client_type(&t));
+                Field::new(name, data_type, true)
+            })
+            .collect();
+        let dataset = if returns_rows(&plan) {
+            let fields: Vec<Field> = plan
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| Field::clone(f).with_data_type(client_type(f.data_type())))
+                .collect();
+            Arc::new(Schema::new(fields))
+        } else {
+            Arc::new(Schema::empty())
+        };
+        Ok(Self {
+            plan,
+            parameters: Arc::new(Schema::new(fields)),
+            dataset,
+            bound: None,
+        })
+    }
+
+    /// The statement to run: the plan with each bound row's values in
+    /// place of its placeholders, one execution per row, concatenated.
+    pub fn bound_plan(&self) -> Result<LogicalPlan, Status> {
+        let wanted = self.parameters.fields();
+        if wanted.is_empty() {
+            return Ok(self.plan.clone());
+        }
+        let batch = match &self.bound {
+            Some(batch) if batch.num_rows() > 0 => batch,
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "the prepared statement has {} parameter(s) and no values were bound",
+                    wanted.len()
+                )))
+            }
+        };
+        if batch.num_columns() != wanted.len() {
+            return Err(Status::invalid_argument(format!(
+                "{} parameter value(s) bound, the statement has {} parameter(s)",
+                batch.num_columns(),
+                wanted.len()
+            )));
+        }
+        let mut plans = (0..batch.num_rows()).map(|row| {
+            let values = batch
+                .columns()
+                .iter()
+                .zip(wanted.iter())
+                .map(|(column, field)| bound_value(column, row, field))
+                .collect::<Result<Vec<_>, Status>>()?;
+            self.plan
+                .clone()
+                .with_param_values(ParamValues::from(values))
+                .map_err(|e| to_status(&e))
+        });
+        let first = plans.next().expect("at least one bound row")?;
+        plans.try_fold(first, |all, next| {
+            LogicalPlanBuilder::from(all)
+                .union(next?)
+                .and_then(|b| b.build())
+                .map_err(|e| to_status(&e))
+        })
+    }
+}
+
+/// Row `row` of a bound column, as the type its placeholder has (clients
+/// bind `int` for a `BIGINT` column, a string for a date).
+fn bound_value(
+    column: &datafusion::arrow::array::ArrayRef,
+    row: usize,
+    field: &Field,
+) -> Result<ScalarValue, Status> {
+    let value = ScalarValue::try_from_array(column, row).map_err(|e| to_status(&e))?;
+    if field.data_type() == &DataType::Null || value.data_type() == *field.data_type() {
+        return Ok(value);
+    }
+    value.cast_to(field.data_type()).map_err(|e| {
+        Status::invalid_argument(format!(
+            "parameter {}: cannot use a {} value as {}: {e}",
+            field.name(),
+            value.data_type(),
+            field.data_type()
+        ))
+    })
+}
+
+/// Whether running `plan` produces a result set (DDL and DML give none to
+/// a prepared statement's reader: they report a row count instead).
+fn returns_rows(plan: &LogicalPlan) -> bool {
+    !matches!(
+        plan,
+        LogicalPlan::Ddl(_)
+            | LogicalPlan::Dml(_)
+            | LogicalPlan::Copy(_)
+            | LogicalPlan::Statement(_)
+    )
+}
+
+struct Entry {
+    prepared: Prepared,
+    last_used: Instant,
+}
+
+pub struct PreparedStore {
+    entries: DashMap<String, Entry>,
+    ttl: Duration,
+    capacity: usize,
+}
+
+impl Default for PreparedStore {
+    fn default() -> Self {
+        Self::new(DEFAULT_TTL, DEFAULT_CAPACITY)
+    }
+}
+
+impl PreparedStore {
+    pub fn new(ttl: Duration, capacity: usize) -> Self {
+        Self {
+            entries: DashMap::new(),
+            ttl,
+            capacity,
+        }
+    }
+
+    /// Keeps `prepared` under a new handle.
+    pub fn insert(&self, prepared: Prepared) -> Result<String, Status> {
+        self.expire();
+        if self.entries.len() >= self.capacity {
+            return Err(Status::resource_exhausted(format!(
+                "{} prepared statements are open; close some or let them expire",
+                self.capacity
+            )));
+        }
+        let handle = uuid::Uuid::new_v4().to_string();
+        self.entries.insert(
+            handle.clone(),
+            Entry {
+                prepared,
+                last_used: Instant::now(),
+            },
+        );
+        Ok(handle)
+    }
+
+    /// The statement under `handle`; using it keeps it alive.
+    pub fn get(&self, handle: &[u8]) -> Result<Prepared, Status> {
+        let mut entry = self.live_entry(handle)?;
+        entry.last_used = Instant::now();
+        Ok(entry.prepared.clone())
+    }
+
+    /// Binds parameter batches (a DoPut) to the statement under `handle`.
+    pub fn bind(&self, handle: &[u8], batches: &[RecordBatch]) -> Result<(), Status> {
+        let mut entry = self.live_entry(handle)?;
+        let wanted = &entry.prepared.parameters;
+        let bound = match batches.first() {
+            None => None,
+            Some(first) => Some(
+                concat_batches(&first.schema(), batches)
+                    .map_err(|e| Status::invalid_argument(format!("parameter batches: {e}")))?,
+            ),
+        };
+        if let Some(batch) = &bound {
+            if batch.num_columns() != wanted.fields().len() && batch.num_rows() > 0 {
+                return Err(Status::invalid_argument(format!(
+                    "{} parameter value(s) bound, the statement has {} parameter(s)",
+                    batch.num_columns(),
+                    wanted.fields().len()
+                )));
+            }
+        }
+        entry.prepared.bound = bound;
+        entry.last_used = Instant::now();
+        Ok(())
+    }
+
+    /// Frees the statement under `handle`.
+    pub fn remove(&self, handle: &[u8]) -> Result<(), Status> {
+        let key = handle_key(handle)?;
+        self.entries
+            .remove(key)
+            .map(|_| ())
+            .ok_or_else(unknown_handle)
+    }
+
+    fn live_entry(
+        &self,
+        handle: &[u8],
+    ) -> Result<dashmap::mapref::one::RefMut<'_, String, Entry>, Status> {
+        let key = handle_key(handle)?;
+        let entry = self.entries.get_mut(key).ok_or_else(unknown_handle)?;
+        if entry.last_used.elapsed() > self.ttl {
+            drop(entry);
+            self.entries.remove(key);
+            return Err(unknown_handle());
+        }
+        Ok(entry)
+    }
+
+    fn expire(&self) {
+        self.entries
+            .retain(|_, e| e.last_used.elapsed() <= self.ttl);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+fn handle_key(handle: &[u8]) -> Result<&str, Status> {
+    std::str::from_utf8(handle).map_err(|_| unknown_handle())
+}
+
+fn unknown_handle() -> Status {
+    Status::not_found("unknown prepared statement handle (closed, expired, or never issued)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int32Array, StringArray};
+    use datafusion::prelude::SessionContext;
+
+    async fn prepare(sql: &str) -> Prepared {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a BIGINT, b VARCHAR) AS VALUES (1, 'x'), (2, 'y'), (3, 'z')")
+            .await
+            .unwrap();
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        Prepared::new(plan).unwrap()
+    }
+
+    #[tokio::test]
+    async fn parameters_are_typed_and_ordered() {
+        let p = prepare("SELECT b FROM t WHERE a = $2 AND b = $1").await;
+        let names: Vec<_> = p
+            .parameters
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["$1", "$2"]);
+        assert_eq!(p.parameters.field(0).data_type(), &DataType::Utf8);
+        assert_eq!(p.parameters.field(1).data_type(), &DataType::Int64);
+        assert_eq!(p.dataset.field(0).name(), "b");
+    }
+
+    #[tokio::test]
+    async fn each_bound_row_runs_once_with_values_cast_to_the_parameter_type() {
+        let mut p = prepare("SELECT b FROM t WHERE a = $1").await;
+        assert_eq!(
+            p.bound_plan().unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        // Int32 bound for a BIGINT parameter.
+        let batch =
+            RecordBatch::try_from_iter([("0", Arc::new(Int32Array::from(vec![1, 3])) as _)])
+                .unwrap();
+        p.bound = Some(batch);
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a BIGINT, b VARCHAR) AS VALUES (1, 'x'), (2, 'y'), (3, 'z')")
+            .await
+            .unwrap();
+        let batches = ctx
+            .execute_logical_plan(p.bound_plan().unwrap())
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let mut got: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                let col = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8).unwrap();
+                let col = col.as_any().downcast_ref::<StringArray>().unwrap().clone();
+                col.iter()
+                    .map(|v| v.unwrap().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, ["x", "z"]);
+    }
+
+    #[tokio::test]
+    async fn handles_are_closed_expire_and_are_bounded() {
+        let p = prepare("SELECT 1").await;
+        let store = PreparedStore::new(DEFAULT_TTL, 2);
+        let h = store.insert(p.clone()).unwrap();
+        assert!(store.get(h.as_bytes()).is_ok());
+        store.remove(h.as_bytes()).unwrap();
+        assert_eq!(
+            store.get(h.as_bytes()).unwrap_err().code(),
+            tonic::Code::NotFound
+        );
+        assert_eq!(
+            store.get(b"forged").unwrap_err().code(),
+            tonic::Code::NotFound
+        );
+        assert_eq!(
+            store.get(&[0xff]).unwrap_err().code(),
+            tonic::Code::NotFound
+        );
+        store.insert(p.clone()).unwrap();
+        store.insert(p.clone()).unwrap();
+        assert_eq!(
+            store.insert(p.clone()).unwrap_err().code(),
+            tonic::Code::ResourceExhausted
+        );
+
+        // Abandoned handles are reclaimed once idle for the TTL.
+        let store = PreparedStore::new(Duration::from_millis(1), 2);
+        let abandoned: Vec<String> = (0..2).map(|_| store.insert(p.clone()).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            store.get(abandoned[0].as_bytes()).unwrap_err().code(),
+            tonic::Code::NotFound
+        );
+        for _ in 0..10 {
+            store.insert(p.clone()).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(store.len() <= 2);
+    }
+}
