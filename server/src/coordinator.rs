@@ -5,8 +5,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::array::{RecordBatch, StringArray};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::SessionContext;
@@ -15,11 +16,13 @@ use squadron_worker::error::to_status;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use crate::catalog::persisted::PersistedCatalog;
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::planner::local::reads_no_table;
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::scheduler::{Admission, JobReport, JobRunner, Placement};
+use crate::updates::{is_update, run_update};
 
 /// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
 pub fn parameter_names(plan: &LogicalPlan) -> Result<Vec<String>, Status> {
@@ -51,6 +54,18 @@ pub enum Work {
     Local(Arc<dyn ExecutionPlan>),
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
+    /// A DDL or DML statement, run when fetched; its answer is one row
+    /// with the rows it wrote (`count`).
+    Update(LogicalPlan),
+}
+
+/// The result of a DDL or DML statement read as a query.
+pub fn update_count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::Int64,
+        false,
+    )]))
 }
 
 /// What the coordinator remembers of a job it ran.
@@ -104,6 +119,7 @@ pub struct Coordinator {
     admission: Admission,
     query_timeout: Option<Duration>,
     history: Arc<Mutex<VecDeque<JobRecord>>>,
+    catalog: Option<Arc<PersistedCatalog>>,
 }
 
 impl Coordinator {
@@ -114,7 +130,19 @@ impl Coordinator {
             admission: Admission::new(limits.max_concurrent_queries, limits.max_queued_queries),
             query_timeout: limits.query_timeout,
             history: Arc::new(Mutex::new(VecDeque::new())),
+            catalog: None,
         }
+    }
+
+    /// Keeps created tables and views in `catalog` (`--data-dir`).
+    pub fn with_catalog(mut self, catalog: Arc<PersistedCatalog>) -> Self {
+        self.catalog = Some(catalog);
+        self
+    }
+
+    /// The persisted catalog, when the server has a data directory.
+    pub fn catalog(&self) -> Option<&Arc<PersistedCatalog>> {
+        self.catalog.as_ref()
     }
 
     /// The planning session and its catalog.
@@ -198,13 +226,13 @@ impl Coordinator {
             LogicalPlan::Analyze(_) => Err(Status::unimplemented(
                 "EXPLAIN ANALYZE is not supported yet; use EXPLAIN",
             )),
-            LogicalPlan::Ddl(_)
-            | LogicalPlan::Dml(_)
-            | LogicalPlan::Copy(_)
-            | LogicalPlan::Statement(_) => Err(Status::unimplemented(format!(
-                "only queries are supported yet, not {}",
-                logical.display()
-            ))),
+            plan if is_update(plan) => Ok(PlannedQuery {
+                schema: update_count_schema(),
+                work: Work::Update(logical),
+            }),
+            LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(Status::unimplemented(
+                format!("only queries are supported yet, not {}", logical.display()),
+            )),
             _ => {
                 let plan = state
                     .create_physical_plan(&logical)
@@ -250,6 +278,21 @@ impl Coordinator {
                         let _ = &slot;
                     });
                 return Ok(encode_batches(schema, batches));
+            }
+            Work::Update(plan) => {
+                let slot = self.admission.admit().await?;
+                // Boxed: an update runs its input through `execute` again.
+                let rows = Box::pin(run_update(self, plan)).await?;
+                drop(slot);
+                let count = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(Int64Array::from(vec![rows as i64]))],
+                )
+                .map_err(|e| Status::internal(e.to_string()))?;
+                return Ok(encode_batches(
+                    schema,
+                    futures::stream::once(async { Ok(count) }),
+                ));
             }
             Work::Distributed(graph) => graph,
         };

@@ -7,7 +7,9 @@
 //! - `scheduler/`: admission, task placement, dispatch (RunTask), retries
 //! - `output/`: the job output merging the final stage's streams
 //! - `cluster/`: where the workers are (`WorkerResolver`) and which answer
-//! - `catalog/`: tables from the command line, TPC-H sample data
+//! - `catalog/`: tables from the command line, TPC-H sample data, the
+//!   persisted catalog of created tables and views
+//! - `updates/`: DDL, DML and bulk ingest
 
 pub mod answers;
 pub mod catalog;
@@ -19,6 +21,7 @@ pub mod planner;
 pub mod process_stats;
 pub mod scheduler;
 mod server;
+pub mod updates;
 
 pub use coordinator::{Coordinator, JobLimits};
 pub use server::{coordinator_session_config, start, RunningServer, ServerOptions};

@@ -47,7 +47,8 @@ struct Args {
     #[arg(long, default_value_t = 0.1)]
     demo_scale: f64,
 
-    /// Where --demo keeps its data.
+    /// Where --demo keeps its data, and where tables created through Flight
+    /// SQL (CREATE TABLE, ingest) and the catalog of them are kept.
     #[arg(long, default_value = "squadron-data")]
     data_dir: PathBuf,
 
@@ -144,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
         },
         worker_memory_limit: args.worker_memory_limit,
         health_interval: seconds(args.health_interval, "--health-interval")?,
+        data_dir: Some(args.data_dir),
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));

@@ -1,6 +1,7 @@
 //! Starting a coordinator: workers, tables, session, Flight SQL listener.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::task::AbortOnDropHandle;
 use tonic_health::ServingStatus;
 
+use crate::catalog::persisted::PersistedCatalog;
 use crate::catalog::TableSpec;
 use crate::cluster::{normalize_url, StaticResolver, WorkerHealth, WorkerResolver};
 use crate::coordinator::JobLimits;
@@ -43,6 +45,9 @@ pub struct ServerOptions {
     pub worker_memory_limit: Option<usize>,
     /// How often workers are health-probed.
     pub health_interval: Duration,
+    /// Where created tables and the persisted catalog live; without it,
+    /// DDL that creates tables is refused.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -57,6 +62,7 @@ impl Default for ServerOptions {
             limits: JobLimits::default(),
             worker_memory_limit: None,
             health_interval: Duration::from_secs(2),
+            data_dir: None,
         }
     }
 }
@@ -216,7 +222,12 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
     );
-    let coordinator = Arc::new(Coordinator::new(ctx, runner, &options.limits));
+    let mut coordinator = Coordinator::new(ctx, runner, &options.limits);
+    if let Some(dir) = &options.data_dir {
+        coordinator = coordinator.with_catalog(Arc::new(PersistedCatalog::open(dir)?));
+    }
+    crate::updates::restore(&coordinator).await?;
+    let coordinator = Arc::new(coordinator);
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
     let service = FlightServiceServer::new(SquadronFlightSql::new(coordinator.clone()))

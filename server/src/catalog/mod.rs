@@ -1,5 +1,6 @@
 //! The tables the coordinator serves.
 
+pub mod persisted;
 pub mod tables;
 pub mod tpch;
 

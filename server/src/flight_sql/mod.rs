@@ -3,6 +3,7 @@
 pub mod metadata;
 pub mod prepared;
 pub mod service;
+pub mod sql_info;
 pub mod statements;
 
 pub use service::SquadronFlightSql;

@@ -78,9 +78,22 @@ impl Prepared {
     /// The statement to run: the plan with each bound row's values in
     /// place of its placeholders, one execution per row, concatenated.
     pub fn bound_plan(&self) -> Result<LogicalPlan, Status> {
+        let mut plans = self.bound_plans()?.into_iter();
+        let first = plans.next().expect("at least one plan");
+        plans.try_fold(first, |all, next| {
+            LogicalPlanBuilder::from(all)
+                .union(next)
+                .and_then(|b| b.build())
+                .map_err(|e| to_status(&e))
+        })
+    }
+
+    /// One plan per bound row (the plan itself without parameters): an
+    /// update runs each and adds up their counts.
+    pub fn bound_plans(&self) -> Result<Vec<LogicalPlan>, Status> {
         let wanted = self.parameters.fields();
         if wanted.is_empty() {
-            return Ok(self.plan.clone());
+            return Ok(vec![self.plan.clone()]);
         }
         let batch = match &self.bound {
             Some(batch) if batch.num_rows() > 0 => batch,
@@ -98,25 +111,20 @@ impl Prepared {
                 wanted.len()
             )));
         }
-        let mut plans = (0..batch.num_rows()).map(|row| {
-            let values = batch
-                .columns()
-                .iter()
-                .zip(wanted.iter())
-                .map(|(column, field)| bound_value(column, row, field))
-                .collect::<Result<Vec<_>, Status>>()?;
-            self.plan
-                .clone()
-                .with_param_values(ParamValues::from(values))
-                .map_err(|e| to_status(&e))
-        });
-        let first = plans.next().expect("at least one bound row")?;
-        plans.try_fold(first, |all, next| {
-            LogicalPlanBuilder::from(all)
-                .union(next?)
-                .and_then(|b| b.build())
-                .map_err(|e| to_status(&e))
-        })
+        (0..batch.num_rows())
+            .map(|row| {
+                let values = batch
+                    .columns()
+                    .iter()
+                    .zip(wanted.iter())
+                    .map(|(column, field)| bound_value(column, row, field))
+                    .collect::<Result<Vec<_>, Status>>()?;
+                self.plan
+                    .clone()
+                    .with_param_values(ParamValues::from(values))
+                    .map_err(|e| to_status(&e))
+            })
+            .collect()
     }
 }
 

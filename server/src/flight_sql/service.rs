@@ -8,7 +8,7 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::server::FlightSqlService;
 use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::sql::{
@@ -16,8 +16,9 @@ use arrow_flight::sql::{
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetCrossReference,
     CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult,
-    ProstMessageExt, SqlInfo, SqlSupportedTransaction, TicketStatementQuery,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{Action, IpcMessage, SchemaAsIpc};
 use arrow_flight::{
@@ -35,6 +36,9 @@ use super::prepared::{Prepared, PreparedStore};
 use super::statements::StatementStore;
 use crate::coordinator::{Coordinator, PlannedQuery};
 use crate::output::encode_batches;
+use crate::updates::ingest::ingest;
+use crate::updates::{is_update, run_update};
+use datafusion::logical_expr::LogicalPlan;
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,
@@ -49,7 +53,7 @@ impl SquadronFlightSql {
             coordinator,
             statements: StatementStore::default(),
             prepared: PreparedStore::default(),
-            sql_info: sql_info(),
+            sql_info: super::sql_info::sql_info(),
         }
     }
 
@@ -78,6 +82,21 @@ impl SquadronFlightSql {
         Ok(Response::new(info))
     }
 
+    /// Runs DDL/DML statements (one per bound parameter row); returns the
+    /// rows they wrote.
+    async fn run_updates(&self, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
+        let mut total = 0;
+        for plan in plans {
+            if !is_update(&plan) {
+                return Err(Status::invalid_argument(
+                    "not a DDL or DML statement: run queries with GetFlightInfo and DoGet",
+                ));
+            }
+            total += run_update(&self.coordinator, plan).await?;
+        }
+        Ok(total as i64)
+    }
+
     /// Describes a metadata answer computed on the coordinator: its ticket
     /// is the command itself, answered again by DoGet.
     fn command_info(
@@ -96,6 +115,14 @@ impl SquadronFlightSql {
             .with_total_records(-1);
         Ok(Response::new(info))
     }
+}
+
+/// The parameter batches of a DoPut.
+async fn read_batches(stream: PeekableFlightDataStream) -> Result<Vec<RecordBatch>, Status> {
+    FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
+        .try_collect()
+        .await
+        .map_err(|e| Status::invalid_argument(format!("reading the parameter batches: {e}")))
 }
 
 /// A metadata answer as a DoGet stream.
@@ -118,25 +145,6 @@ fn schema_bytes(schema: &SchemaRef) -> Result<prost::bytes::Bytes, Status> {
         .try_into()
         .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?;
     Ok(message.0)
-}
-
-fn sql_info() -> SqlInfoData {
-    let mut builder = SqlInfoDataBuilder::new();
-    builder.append(SqlInfo::FlightSqlServerName, "Squadron");
-    builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-    builder.append(
-        SqlInfo::FlightSqlServerArrowVersion,
-        datafusion::arrow::ARROW_VERSION,
-    );
-    builder.append(SqlInfo::FlightSqlServerReadOnly, true);
-    builder.append(SqlInfo::FlightSqlServerSql, true);
-    builder.append(SqlInfo::FlightSqlServerSubstrait, false);
-    builder.append(
-        SqlInfo::FlightSqlServerTransaction,
-        SqlSupportedTransaction::None as i32,
-    );
-    builder.append(SqlInfo::FlightSqlServerCancel, false);
-    builder.build().expect("static SqlInfo is valid")
 }
 
 type FlightDataStream = <SquadronFlightSql as FlightService>::DoGetStream;
@@ -193,12 +201,7 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
-            request.into_inner().map_err(FlightError::from),
-        )
-        .try_collect()
-        .await
-        .map_err(|e| Status::invalid_argument(format!("reading the parameter batches: {e}")))?;
+        let batches = read_batches(request.into_inner()).await?;
         self.prepared
             .bind(&query.prepared_statement_handle, &batches)?;
         Ok(DoPutPreparedStatementResult {
@@ -234,6 +237,53 @@ impl FlightSqlService for SquadronFlightSql {
         let job_id = uuid::Uuid::new_v4().to_string();
         let stream = self.coordinator.execute(&job_id, planned).await?;
         Ok(Response::new(stream))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let plan = self.coordinator.logical_plan(&command.query).await?;
+        self.run_updates(vec![plan]).await
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        command: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let handle = &command.prepared_statement_handle;
+        // Parameter rows may come with the update itself (JDBC executeBatch).
+        let batches = read_batches(request.into_inner()).await?;
+        if batches.iter().any(|b| b.num_columns() > 0) {
+            self.prepared.bind(handle, &batches)?;
+        }
+        let prepared = self.prepared.get(handle)?;
+        self.run_updates(prepared.bound_plans()?).await
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        command: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let mut stream = FlightRecordBatchStream::new_from_flight_data(
+            request.into_inner().map_err(FlightError::from),
+        );
+        let first = stream
+            .try_next()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("reading the ingested rows: {e}")))?;
+        let schema = stream
+            .schema()
+            .cloned()
+            .ok_or_else(|| Status::invalid_argument("the ingest sent no schema"))?;
+        let rows = futures::stream::iter(first.map(Ok)).chain(
+            stream.map_err(|e| Status::invalid_argument(format!("reading the ingested rows: {e}"))),
+        );
+        let written = ingest(&self.coordinator, &command, schema, rows).await?;
+        Ok(written as i64)
     }
 
     async fn do_action_close_prepared_statement(

@@ -121,6 +121,42 @@ class JdbcDriverTest {
     }
 
     @Test
+    void updatesReportTheRowsTheyWrite() throws SQLException {
+        String table = "jdbc_asia_" + System.nanoTime();
+        try (Statement st = conn.createStatement()) {
+            // TPC-H: five nations in region 2 (ASIA).
+            assertEquals(5, st.executeUpdate("CREATE TABLE " + table
+                    + " AS SELECT n_nationkey, n_name FROM nation WHERE n_regionkey = 2"));
+            try (PreparedStatement ps =
+                    conn.prepareStatement("INSERT INTO " + table + " VALUES (?, ?)")) {
+                ps.setInt(1, 100);
+                ps.setString(2, "ATLANTIS");
+                ps.addBatch();
+                ps.setInt(1, 101);
+                ps.setString(2, "LEMURIA");
+                ps.addBatch();
+                int total = 0;
+                for (int n : ps.executeBatch()) {
+                    total += n;
+                }
+                assertEquals(2, total);
+                ps.setInt(1, 102);
+                ps.setString(2, "MU");
+                assertEquals(1, ps.executeUpdate());
+            }
+            try (ResultSet rs = st.executeQuery("SELECT n_name FROM " + table
+                    + " WHERE n_nationkey >= 100 ORDER BY n_nationkey")) {
+                assertEquals(List.of("ATLANTIS", "LEMURIA", "MU"), column(rs, 1));
+            }
+            try (ResultSet rs = st.executeQuery("SELECT count(*) FROM " + table)) {
+                assertEquals(8, single(rs));
+            }
+            st.executeUpdate("DROP TABLE " + table);
+            assertThrows(SQLException.class, () -> st.executeQuery("SELECT * FROM " + table).close());
+        }
+    }
+
+    @Test
     void badSqlIsAnSqlException() {
         SQLException e = assertThrows(SQLException.class, () -> {
             try (Statement st = conn.createStatement()) {

@@ -1,0 +1,150 @@
+"""DDL, DML and bulk ingest through ADBC: row counts, every ingest mode,
+created tables joined with the Parquet tables (checked against single-node
+DataFusion), no half tables after a failed ingest, and tables that survive
+a restart."""
+
+import uuid
+
+import adbc_driver_flightsql.dbapi as flightsql
+import pyarrow as pa
+import pytest
+
+from answers import assert_same
+from conftest import BIN_DIR, Process
+
+
+@pytest.fixture(scope="module")
+def conn(cluster):
+    with flightsql.connect(cluster["uri"]) as conn:
+        yield conn
+
+
+def fresh(prefix):
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def count(cur, table):
+    cur.execute(f"SELECT count(*) AS n FROM {table}")
+    return cur.fetch_arrow_table().column("n").to_pylist()[0]
+
+
+def execute_update(cur, sql):
+    cur.adbc_statement.set_sql_query(sql)
+    return cur.adbc_statement.execute_update()
+
+
+def test_ddl_and_dml_report_row_counts(conn, oracle):
+    t = fresh("asia")
+    with conn.cursor() as cur:
+        created = execute_update(
+            cur,
+            f"CREATE TABLE {t} AS SELECT n_nationkey, n_name FROM nation "
+            "JOIN region ON n_regionkey = r_regionkey WHERE r_name = 'ASIA'",
+        )
+        expected = oracle.sql(
+            "SELECT count(*) FROM nation JOIN region ON n_regionkey = r_regionkey "
+            "WHERE r_name = 'ASIA'"
+        ).to_arrow_table().column(0).to_pylist()[0]
+        assert created == expected
+        assert execute_update(cur, f"INSERT INTO {t} VALUES (100, 'ATLANTIS'), (101, 'MU')") == 2
+        assert execute_update(cur, f"INSERT INTO {t} SELECT n_nationkey + 1000, n_name FROM {t}") == expected + 2
+        assert count(cur, t) == 2 * (expected + 2)
+        v = fresh("v")
+        assert execute_update(cur, f"CREATE VIEW {v} AS SELECT n_name FROM {t} WHERE n_nationkey >= 100") == 0
+        assert count(cur, v) == expected + 4
+        execute_update(cur, f"DROP VIEW {v}")
+        execute_update(cur, f"DROP TABLE {t}")
+        with pytest.raises(flightsql.Error) as err:
+            count(cur, t)
+        assert "NOT_FOUND" in str(err.value)
+        # IF EXISTS / IF NOT EXISTS are no-ops, not errors.
+        assert execute_update(cur, f"DROP TABLE IF EXISTS {t}") == 0
+
+
+def test_executemany_inserts_every_row(conn):
+    t = fresh("many")
+    with conn.cursor() as cur:
+        execute_update(cur, f"CREATE TABLE {t} (k BIGINT, s VARCHAR)")
+        cur.executemany(f"INSERT INTO {t} VALUES (?, ?)", [(1, "a"), (2, "b"), (3, "c")])
+        cur.execute(f"SELECT k, s FROM {t} ORDER BY k")
+        assert cur.fetch_arrow_table().to_pylist() == [
+            {"k": 1, "s": "a"},
+            {"k": 2, "s": "b"},
+            {"k": 3, "s": "c"},
+        ]
+
+
+def test_ingest_in_every_mode_then_join_with_parquet(conn, oracle):
+    t = fresh("ing")
+    rows = pa.table({"nationkey": pa.array([1, 2, 3], pa.int64()), "note": ["x", "y", "z"]})
+    more = pa.table({"nationkey": pa.array([4], pa.int64()), "note": ["w"]})
+    with conn.cursor() as cur:
+        assert cur.adbc_ingest(t, rows, mode="create") == 3
+        with pytest.raises(flightsql.Error) as err:
+            cur.adbc_ingest(t, rows, mode="create")
+        assert "ALREADY_EXISTS" in str(err.value)
+        assert cur.adbc_ingest(t, more, mode="append") == 1
+        assert count(cur, t) == 4
+        assert cur.adbc_ingest(t, rows, mode="replace") == 3
+        assert count(cur, t) == 3
+        assert cur.adbc_ingest(t, more, mode="create_append") == 1
+        assert count(cur, t) == 4
+        with pytest.raises(flightsql.Error) as err:
+            cur.adbc_ingest(fresh("missing"), rows, mode="append")
+        assert "NOT_FOUND" in str(err.value)
+
+        sql = f"SELECT n_name, note FROM {t} JOIN nation ON nationkey = n_nationkey"
+        cur.execute(sql)
+        actual = cur.fetch_arrow_table()
+    oracle.register_record_batches(t, [pa.concat_tables([rows, more]).to_batches()])
+    try:
+        expected = oracle.sql(sql).to_arrow_table()
+    finally:
+        oracle.deregister_table(t)
+    assert_same(actual, expected, ordered=False)
+
+
+def test_a_failed_ingest_leaves_no_table(conn):
+    t = fresh("broken")
+    schema = pa.schema([("k", pa.int64())])
+
+    def batches():
+        yield pa.record_batch([pa.array([1, 2], pa.int64())], schema=schema)
+        raise RuntimeError("the client fails mid-stream")
+
+    with conn.cursor() as cur:
+        with pytest.raises(Exception):
+            cur.adbc_ingest(t, pa.RecordBatchReader.from_batches(schema, batches()), mode="create")
+        with pytest.raises(flightsql.Error) as err:
+            count(cur, t)
+        assert "NOT_FOUND" in str(err.value)
+
+
+def test_created_tables_and_views_survive_a_restart(tmp_path):
+    def start():
+        return Process([
+            str(BIN_DIR / "squadron-server"),
+            "--listen", "127.0.0.1:0",
+            "--local-workers", "1",
+            "--data-dir", str(tmp_path),
+        ])
+
+    server = start()
+    try:
+        with flightsql.connect(server.url) as conn, conn.cursor() as cur:
+            with conn.cursor() as ingest:
+                ingest.adbc_ingest("kept", pa.table({"k": pa.array([1, 2, 3], pa.int64())}), mode="create")
+            execute_update(cur, "CREATE VIEW kept_big AS SELECT k FROM kept WHERE k > 1")
+            execute_update(cur, "CREATE TABLE gone AS SELECT 1 AS one")
+            execute_update(cur, "DROP TABLE gone")
+    finally:
+        server.stop()
+    server = start()
+    try:
+        with flightsql.connect(server.url) as conn, conn.cursor() as cur:
+            assert count(cur, "kept") == 3
+            assert count(cur, "kept_big") == 2
+            with pytest.raises(flightsql.Error):
+                count(cur, "gone")
+    finally:
+        server.stop()

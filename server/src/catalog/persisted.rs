@@ -1,0 +1,198 @@
+//! Tables and views created through Flight SQL (DDL, DML, bulk ingest),
+//! kept across restarts.
+//!
+//! Created tables are directories of Parquet files under
+//! `<data-dir>/tables/`, which workers read like any other table. The list
+//! of created tables, external tables and views is `<data-dir>/catalog.json`,
+//! rewritten atomically (a temporary file renamed over it) after every
+//! change, and registered again when the server starts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use datafusion::prelude::SessionContext;
+use serde::{Deserialize, Serialize};
+use tonic::Status;
+
+use super::tables::{TableFormat, TableSpec};
+
+/// One persisted catalog entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entry {
+    /// A table whose files Squadron wrote and owns (`CREATE TABLE`,
+    /// ingest): dropping it deletes them.
+    Managed { name: String, location: PathBuf },
+    /// An external table or a view: the statement that defined it
+    /// (`CREATE EXTERNAL TABLE …`, `CREATE VIEW …`), run again at start-up
+    /// so every option it gave is kept.
+    Defined { name: String, sql: String },
+}
+
+impl Entry {
+    pub fn name(&self) -> &str {
+        match self {
+            Entry::Managed { name, .. } | Entry::Defined { name, .. } => name,
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct CatalogFile {
+    entries: Vec<Entry>,
+}
+
+/// The persisted part of the catalog.
+pub struct PersistedCatalog {
+    dir: PathBuf,
+    entries: Mutex<Vec<Entry>>,
+}
+
+impl PersistedCatalog {
+    /// Opens (or starts) the catalog kept in `data_dir`.
+    pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(data_dir.join("tables"))?;
+        // Temporary tables live until the server stops.
+        let temporary = data_dir.join("temporary");
+        if temporary.exists() {
+            std::fs::remove_dir_all(&temporary)?;
+        }
+        let file = data_dir.join("catalog.json");
+        let entries = match std::fs::read(&file) {
+            Ok(bytes) => {
+                serde_json::from_slice::<CatalogFile>(&bytes)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
+                    .entries
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
+            Err(e) => return Err(anyhow::anyhow!("{}: {e}", file.display())),
+        };
+        Ok(Self {
+            dir: std::path::absolute(data_dir)?,
+            entries: Mutex::new(entries),
+        })
+    }
+
+    /// Where a new managed table's files go: a fresh directory, so a
+    /// replaced or re-created table never mixes with old files.
+    /// Temporary tables go under `temporary/`, emptied at start-up.
+    pub fn new_table_dir(&self, name: &str, temporary: bool) -> PathBuf {
+        let name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.dir
+            .join(if temporary { "temporary" } else { "tables" })
+            .join(format!("{name}-{}", uuid::Uuid::new_v4().simple()))
+    }
+
+    /// Registers every persisted entry in `ctx` (at start-up).
+    pub async fn register_all(&self, ctx: &SessionContext) -> anyhow::Result<()> {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for entry in entries {
+            register(ctx, &entry)
+                .await
+                .map_err(|e| anyhow::anyhow!("catalog entry {}: {}", entry.name(), e.message()))?;
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<Entry> {
+        self.lock().iter().find(|e| e.name() == name).cloned()
+    }
+
+    /// Adds or replaces the entry of that name, and saves.
+    pub fn put(&self, entry: Entry) -> Result<(), Status> {
+        let mut entries = self.lock();
+        entries.retain(|e| e.name() != entry.name());
+        entries.push(entry);
+        self.save(&entries)
+    }
+
+    /// Removes the entry of that name (if any), and saves.
+    pub fn remove(&self, name: &str) -> Result<Option<Entry>, Status> {
+        let mut entries = self.lock();
+        let found = entries.iter().position(|e| e.name() == name);
+        let removed = found.map(|i| entries.remove(i));
+        self.save(&entries)?;
+        Ok(removed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn save(&self, entries: &[Entry]) -> Result<(), Status> {
+        let file = CatalogFile {
+            entries: entries.to_vec(),
+        };
+        let json = serde_json::to_vec_pretty(&file)
+            .map_err(|e| Status::internal(format!("encoding the catalog: {e}")))?;
+        let tmp = self.dir.join("catalog.json.tmp");
+        std::fs::write(&tmp, json)
+            .and_then(|_| std::fs::rename(&tmp, self.dir.join("catalog.json")))
+            .map_err(|e| Status::internal(format!("saving the catalog: {e}")))
+    }
+}
+
+/// Registers one entry in `ctx`.
+pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status> {
+    let internal = |e: datafusion::error::DataFusionError| Status::internal(e.to_string());
+    match entry {
+        Entry::Managed { name, location } => TableSpec {
+            name: name.clone(),
+            path: location.clone(),
+            format: TableFormat::Parquet,
+        }
+        .register(ctx)
+        .await
+        .map_err(internal),
+        Entry::Defined { sql, .. } => {
+            ctx.sql(sql).await.map_err(internal)?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = PersistedCatalog::open(dir.path()).unwrap();
+        let view = Entry::Defined {
+            name: "v".into(),
+            sql: "CREATE VIEW v AS SELECT 1".into(),
+        };
+        let table = Entry::Managed {
+            name: "t".into(),
+            location: catalog.new_table_dir("t", false),
+        };
+        catalog.put(view.clone()).unwrap();
+        catalog.put(table.clone()).unwrap();
+        catalog.remove("v").unwrap();
+        let reopened = PersistedCatalog::open(dir.path()).unwrap();
+        assert_eq!(reopened.get("t"), Some(table));
+        assert_eq!(reopened.get("v"), None);
+    }
+
+    #[test]
+    fn a_corrupt_catalog_is_a_start_up_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("catalog.json"), "{not json").unwrap();
+        let err = PersistedCatalog::open(dir.path()).err().unwrap();
+        assert!(err.to_string().contains("catalog.json"), "{err}");
+    }
+}

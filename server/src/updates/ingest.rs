@@ -1,0 +1,170 @@
+//! Bulk ingest (`CommandStatementIngest`, ADBC's `adbc_ingest`): a stream
+//! of batches written as a table, created, appended to or replaced as the
+//! table definition options say.
+
+use arrow_flight::sql::CommandStatementIngest;
+use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::TableReference;
+use futures::Stream;
+use squadron_worker::error::to_status;
+use tonic::Status;
+
+use super::{already_exists, catalog, create_table, exists, forget_listing, write};
+use crate::catalog::persisted::Entry;
+use crate::coordinator::Coordinator;
+
+/// What to do with the rows, given whether the table exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Create,
+    Append,
+    Replace,
+}
+
+fn action(
+    command: &CommandStatementIngest,
+    exists: bool,
+    name: &TableReference,
+) -> Result<Action, Status> {
+    let options = command.table_definition_options.unwrap_or_default();
+    if exists {
+        match TableExistsOption::try_from(options.if_exists) {
+            Ok(TableExistsOption::Append) => Ok(Action::Append),
+            Ok(TableExistsOption::Replace) => Ok(Action::Replace),
+            // Unspecified: the safe reading.
+            _ => Err(already_exists(name)),
+        }
+    } else {
+        match TableNotExistOption::try_from(options.if_not_exist) {
+            Ok(TableNotExistOption::Create) => Ok(Action::Create),
+            _ => Err(Status::not_found(format!(
+                "table {name} does not exist (and the ingest does not create it)"
+            ))),
+        }
+    }
+}
+
+fn table_name(command: &CommandStatementIngest) -> Result<TableReference, Status> {
+    if command.table.is_empty() {
+        return Err(Status::invalid_argument("the ingest names no table"));
+    }
+    let table = command.table.clone();
+    Ok(match (&command.catalog, &command.schema) {
+        (Some(catalog), Some(schema)) => {
+            TableReference::full(catalog.clone(), schema.clone(), table)
+        }
+        (None, Some(schema)) => TableReference::partial(schema.clone(), table),
+        _ => TableReference::bare(table),
+    })
+}
+
+/// Writes the ingested rows; returns how many.
+pub async fn ingest<S>(
+    coord: &Coordinator,
+    command: &CommandStatementIngest,
+    schema: SchemaRef,
+    batches: S,
+) -> Result<u64, Status>
+where
+    S: Stream<Item = Result<RecordBatch, Status>>,
+{
+    if command.transaction_id.is_some() {
+        return Err(Status::unimplemented("transactions are not supported"));
+    }
+    let name = table_name(command)?;
+    match action(command, exists(coord, &name), &name)? {
+        Action::Create | Action::Replace => {
+            create_table(coord, &name, command.temporary, schema, batches).await
+        }
+        Action::Append => {
+            let location = match catalog(coord)?.get(&name.to_string()) {
+                Some(Entry::Managed { location, .. }) => location,
+                _ => {
+                    return Err(Status::failed_precondition(format!(
+                        "{name} is not a table created through Squadron; ingest appends to those"
+                    )))
+                }
+            };
+            let table = coord
+                .session()
+                .table_provider(name.clone())
+                .await
+                .map_err(|e| to_status(&e))?;
+            if table.schema().fields().len() != schema.fields().len() {
+                return Err(Status::invalid_argument(format!(
+                    "{name} has {} columns, the ingested rows {}",
+                    table.schema().fields().len(),
+                    schema.fields().len()
+                )));
+            }
+            let (_, rows) = write::write_parquet(&location, table.schema(), batches).await?;
+            forget_listing(coord, table.as_ref());
+            Ok(rows)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_flight::sql::TableDefinitionOptions;
+
+    fn command(
+        if_not_exist: TableNotExistOption,
+        if_exists: TableExistsOption,
+    ) -> CommandStatementIngest {
+        CommandStatementIngest {
+            table_definition_options: Some(TableDefinitionOptions {
+                if_not_exist: if_not_exist as i32,
+                if_exists: if_exists as i32,
+            }),
+            table: "t".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_options_decide_create_append_replace_or_refuse() {
+        let t = TableReference::bare("t");
+        use TableExistsOption as E;
+        use TableNotExistOption as N;
+        assert_eq!(
+            action(&command(N::Create, E::Fail), false, &t).unwrap(),
+            Action::Create
+        );
+        assert_eq!(
+            action(&command(N::Create, E::Fail), true, &t)
+                .unwrap_err()
+                .code(),
+            tonic::Code::AlreadyExists
+        );
+        assert_eq!(
+            action(&command(N::Fail, E::Append), true, &t).unwrap(),
+            Action::Append
+        );
+        assert_eq!(
+            action(&command(N::Fail, E::Append), false, &t)
+                .unwrap_err()
+                .code(),
+            tonic::Code::NotFound
+        );
+        assert_eq!(
+            action(&command(N::Create, E::Replace), true, &t).unwrap(),
+            Action::Replace
+        );
+        assert_eq!(
+            action(&command(N::Create, E::Append), false, &t).unwrap(),
+            Action::Create
+        );
+        let unspecified = CommandStatementIngest {
+            table: "t".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            action(&unspecified, true, &t).unwrap_err().code(),
+            tonic::Code::AlreadyExists
+        );
+    }
+}

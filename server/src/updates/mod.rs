@@ -1,0 +1,270 @@
+//! Statements that change the catalog or a table's rows: `CREATE TABLE
+//! [AS SELECT]`, `INSERT INTO`, `CREATE EXTERNAL TABLE`, `CREATE VIEW`,
+//! `DROP TABLE`, `DROP VIEW`, and bulk ingest.
+//!
+//! The rows a statement writes are computed by the same distributed
+//! execution as any query; the coordinator writes them into the table's
+//! directory under `--data-dir` (see `write`), where workers read them.
+//! Created tables, external tables and views are persisted
+//! (`catalog::persisted`) and come back after a restart.
+
+pub mod ingest;
+pub mod write;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+use datafusion::common::TableReference;
+use datafusion::datasource::listing::ListingTable;
+use datafusion::execution::cache::TableScopedPath;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
+use futures::{Stream, TryStreamExt};
+use squadron_worker::error::to_status;
+use tonic::Status;
+
+use crate::catalog::persisted::{Entry, PersistedCatalog};
+use crate::catalog::{TableFormat, TableSpec};
+use crate::coordinator::Coordinator;
+
+/// Whether `plan` is a statement `run_update` executes.
+pub fn is_update(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Dml(_))
+}
+
+/// Runs a DDL or DML statement; returns the rows it wrote (0 for DDL).
+pub async fn run_update(coord: &Coordinator, plan: LogicalPlan) -> Result<u64, Status> {
+    match plan {
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+            if exists(coord, &create.name) {
+                if create.if_not_exists {
+                    return Ok(0);
+                }
+                if !create.or_replace {
+                    return Err(already_exists(&create.name));
+                }
+            }
+            let input = coord.plan_logical((*create.input).clone()).await?;
+            let schema = input.schema.clone();
+            let batches = run_query(coord, input).await?;
+            create_table(coord, &create.name, create.temporary, schema, batches).await
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateExternalTable(ref create)) => {
+            let (name, definition, temporary) = (
+                create.name.clone(),
+                create.definition.clone(),
+                create.temporary,
+            );
+            define(coord, &name, definition, temporary, plan).await
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateView(ref view)) => {
+            let (name, definition, temporary) =
+                (view.name.clone(), view.definition.clone(), view.temporary);
+            define(coord, &name, definition, temporary, plan).await
+        }
+        LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
+            drop_table(coord, &drop.name, drop.if_exists).await
+        }
+        LogicalPlan::Ddl(DdlStatement::DropView(drop)) => {
+            drop_table(coord, &drop.name, drop.if_exists).await
+        }
+        LogicalPlan::Dml(dml) => insert(coord, dml).await,
+        other => Err(Status::unimplemented(format!(
+            "not supported yet: {}",
+            other.display()
+        ))),
+    }
+}
+
+fn exists(coord: &Coordinator, name: &TableReference) -> bool {
+    coord.session().table_exist(name.clone()).unwrap_or(false)
+}
+
+fn already_exists(name: &TableReference) -> Status {
+    Status::already_exists(format!("table {name} already exists"))
+}
+
+fn catalog(coord: &Coordinator) -> Result<&Arc<PersistedCatalog>, Status> {
+    coord.catalog().ok_or_else(|| {
+        Status::failed_precondition(
+            "this server keeps no tables of its own: start it with --data-dir to create tables",
+        )
+    })
+}
+
+/// Runs a planned query on the workers and decodes its rows.
+async fn run_query(
+    coord: &Coordinator,
+    query: crate::coordinator::PlannedQuery,
+) -> Result<impl Stream<Item = Result<RecordBatch, Status>>, Status> {
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let stream = coord.execute(&job_id, query).await?;
+    Ok(
+        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
+            .map_err(Status::from),
+    )
+}
+
+/// Writes `batches` as a new table `name` (replacing one of that name)
+/// and registers it; returns the rows written.
+pub async fn create_table<S>(
+    coord: &Coordinator,
+    name: &TableReference,
+    temporary: bool,
+    schema: SchemaRef,
+    batches: S,
+) -> Result<u64, Status>
+where
+    S: Stream<Item = Result<RecordBatch, Status>>,
+{
+    let catalog = catalog(coord)?;
+    let dir = catalog.new_table_dir(name.table(), temporary);
+    let (_, rows) = write::write_parquet(&dir, schema, batches).await?;
+    let ctx = coord.session();
+    let replaced = catalog.get(&name.to_string());
+    if exists(coord, name) {
+        ctx.deregister_table(name.clone())
+            .map_err(|e| to_status(&e))?;
+    }
+    let spec = TableSpec {
+        name: name.to_string(),
+        path: dir.clone(),
+        format: TableFormat::Parquet,
+    };
+    if let Err(e) = spec.register(ctx).await {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(to_status(&e));
+    }
+    if temporary {
+        catalog.remove(&name.to_string())?;
+    } else {
+        catalog.put(Entry::Managed {
+            name: name.to_string(),
+            location: dir,
+        })?;
+    }
+    if let Some(Entry::Managed { location, .. }) = replaced {
+        remove_files(&location);
+    }
+    Ok(rows)
+}
+
+/// An external table or view: DataFusion creates it from the statement,
+/// which is persisted to be run again at start-up.
+async fn define(
+    coord: &Coordinator,
+    name: &TableReference,
+    definition: Option<String>,
+    temporary: bool,
+    plan: LogicalPlan,
+) -> Result<u64, Status> {
+    let catalog = if temporary {
+        None
+    } else {
+        Some(catalog(coord)?)
+    };
+    coord
+        .session()
+        .execute_logical_plan(plan)
+        .await
+        .map_err(|e| to_status(&e))?;
+    if let Some(catalog) = catalog {
+        let sql = definition.ok_or_else(|| {
+            Status::internal(format!("the statement defining {name} has no text"))
+        })?;
+        catalog.put(Entry::Defined {
+            name: name.to_string(),
+            sql,
+        })?;
+    }
+    Ok(0)
+}
+
+async fn drop_table(
+    coord: &Coordinator,
+    name: &TableReference,
+    if_exists: bool,
+) -> Result<u64, Status> {
+    if !exists(coord, name) {
+        return if if_exists {
+            Ok(0)
+        } else {
+            Err(Status::not_found(format!("table {name} does not exist")))
+        };
+    }
+    coord
+        .session()
+        .deregister_table(name.clone())
+        .map_err(|e| to_status(&e))?;
+    if let Some(catalog) = coord.catalog() {
+        if let Some(Entry::Managed { location, .. }) = catalog.remove(&name.to_string())? {
+            remove_files(&location);
+        }
+    }
+    Ok(0)
+}
+
+async fn insert(coord: &Coordinator, dml: DmlStatement) -> Result<u64, Status> {
+    if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {
+        return Err(Status::unimplemented(format!(
+            "{} is not supported yet; tables take INSERT INTO",
+            dml.op
+        )));
+    }
+    let location = match catalog(coord)?.get(&dml.table_name.to_string()) {
+        Some(Entry::Managed { location, .. }) => location,
+        _ => {
+            return Err(Status::failed_precondition(format!(
+                "{} is not a table created through Squadron; INSERT INTO works on those",
+                dml.table_name
+            )))
+        }
+    };
+    let table = coord
+        .session()
+        .table_provider(dml.table_name.clone())
+        .await
+        .map_err(|e| to_status(&e))?;
+    let input = coord.plan_logical((*dml.input).clone()).await?;
+    let batches = run_query(coord, input).await?;
+    let (_, rows) = write::write_parquet(&location, table.schema(), batches).await?;
+    forget_listing(coord, table.as_ref());
+    Ok(rows)
+}
+
+/// Drops the cached file listing of `table`, so the next query sees the
+/// file just written (the cache never expires by itself).
+pub fn forget_listing(coord: &Coordinator, table: &dyn TableProvider) {
+    let Some(listing) = table.downcast_ref::<ListingTable>() else {
+        return;
+    };
+    let runtime = coord.session().runtime_env();
+    let Some(cache) = runtime.cache_manager.get_list_files_cache() else {
+        return;
+    };
+    for url in listing.table_paths() {
+        let _ = cache.remove(&TableScopedPath {
+            table: url.get_table_ref().clone(),
+            path: url.prefix().clone(),
+        });
+    }
+}
+
+fn remove_files(location: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(location) {
+        tracing::warn!(location = %location.display(), "removing a dropped table's files: {e}");
+    }
+}
+
+/// Registers the persisted tables and views at start-up.
+pub async fn restore(coord: &Coordinator) -> anyhow::Result<()> {
+    if let Some(catalog) = coord.catalog() {
+        catalog.register_all(coord.session()).await?;
+    }
+    Ok(())
+}
