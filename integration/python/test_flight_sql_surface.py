@@ -128,7 +128,7 @@ def test_show_tables_and_information_schema(conn):
 
 def _command(name, payload=b""):
     type_url = f"type.googleapis.com/arrow.flight.protocol.sql.{name}".encode()
-    return b"\x0a" + bytes([len(type_url)]) + type_url + b"\x12" + bytes([len(payload)]) + payload
+    return b"\x0a" + bytes([len(type_url)]) + type_url + b"\x12" + _varint(len(payload)) + payload
 
 
 def test_type_info_and_key_commands_with_raw_pyarrow(cluster):
@@ -164,3 +164,64 @@ def test_unknown_prepared_handles_are_not_found(cluster):
     # The server is still healthy.
     info = client.get_flight_info(flight.FlightDescriptor.for_command(_command("CommandGetTableTypes")))
     assert client.do_get(info.endpoints[0].ticket).read_all().num_rows == 3
+
+
+def _varint(n):
+    out = b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+READ_TICKET = """
+import sys
+import pyarrow.flight as flight
+client = flight.connect(sys.argv[1])
+try:
+    client.do_get(flight.Ticket(bytes.fromhex(sys.argv[2]))).read_all()
+    print("finished")
+except BaseException as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_cancel_flight_info_stops_a_running_query(cluster):
+    import subprocess
+    import sys
+    import time
+
+    client = flight.connect(cluster["uri"])
+    # 10^11 generated rows on the workers: runs for minutes unless stopped.
+    # (A query whose operator computes for seconds inside one poll, such as
+    # a large nested-loop join, only stops at its next yield.)
+    sql = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 3"
+    query = b"\x0a" + _varint(len(sql)) + sql.encode()
+    info = client.get_flight_info(
+        flight.FlightDescriptor.for_command(_command("CommandStatementQuery", query))
+    )
+    # The reader runs in its own process: pyarrow reports a CANCELLED gRPC
+    # status as KeyboardInterrupt (it takes it for its own interruption).
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READ_TICKET, cluster["uri"], info.endpoints[0].ticket.ticket.hex()],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    body = info.serialize()
+    request = b"\x0a" + _varint(len(body)) + body
+    results = list(client.do_action(flight.Action("CancelFlightInfo", request)))
+    # CancelFlightInfoResult{status: CANCEL_STATUS_CANCELLED (1)}
+    assert results[0].body.to_pybytes() == b"\x08\x01"
+    output, _ = reader.communicate(timeout=30)
+    assert output.startswith("KeyboardInterrupt") or "cancelled" in output.lower(), output
+    # Cancelling again: nothing is running any more.
+    again = list(client.do_action(flight.Action("CancelFlightInfo", request)))
+    assert again[0].body.to_pybytes() == b"\x08\x03"
+    # The cluster still answers.
+    with flightsql.connect(cluster["uri"]) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) AS n FROM region")
+        assert cur.fetch_arrow_table().column("n").to_pylist() == [5]

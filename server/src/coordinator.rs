@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dashmap::DashMap;
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -14,6 +15,7 @@ use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use crate::catalog::persisted::PersistedCatalog;
@@ -120,6 +122,8 @@ pub struct Coordinator {
     query_timeout: Option<Duration>,
     history: Arc<Mutex<VecDeque<JobRecord>>>,
     catalog: Option<Arc<PersistedCatalog>>,
+    /// Distributed jobs running now, by job id, to cancel them.
+    running: Arc<DashMap<String, CancellationToken>>,
 }
 
 impl Coordinator {
@@ -131,6 +135,7 @@ impl Coordinator {
             query_timeout: limits.query_timeout,
             history: Arc::new(Mutex::new(VecDeque::new())),
             catalog: None,
+            running: Arc::new(DashMap::new()),
         }
     }
 
@@ -302,29 +307,43 @@ impl Coordinator {
         let history = Arc::clone(&self.history);
         let timeout = self.query_timeout;
         let job_id = job_id.to_string();
+        let cancel = CancellationToken::new();
+        // At most one entry per admitted job: bounded by the admission limit.
+        self.running.insert(job_id.clone(), cancel.clone());
+        let running = Arc::clone(&self.running);
         tokio::spawn(async move {
             let _slot = slot;
             let started = Instant::now();
             let run = runner.run(&job_id, &graph, &tx);
-            let report = match timeout {
-                None => run.await,
-                Some(limit) => match tokio::time::timeout(limit, run).await {
-                    Ok(report) => report,
-                    Err(_) => {
-                        // The attempt was dropped with the future: its tasks stop.
-                        let status = Status::deadline_exceeded(format!(
-                            "the query ran longer than {limit:?} (--query-timeout) and was stopped"
-                        ));
-                        let _ = tx.send(Err(status)).await;
-                        JobReport {
-                            outcome: "stopped: query timeout",
-                            attempts: 0,
-                            rows: 0,
-                            placement: None,
-                        }
-                    }
-                },
+            let deadline = async {
+                match timeout {
+                    Some(limit) => tokio::time::sleep(limit).await,
+                    None => std::future::pending().await,
+                }
             };
+            // Stopping drops the attempt with the future: its tasks stop.
+            let stopped = |outcome| JobReport {
+                outcome,
+                attempts: 0,
+                rows: 0,
+                placement: None,
+            };
+            let report = tokio::select! {
+                report = run => report,
+                _ = deadline => {
+                    let status = Status::deadline_exceeded(format!(
+                        "the query ran longer than {:?} (--query-timeout) and was stopped",
+                        timeout.unwrap_or_default()
+                    ));
+                    let _ = tx.send(Err(status)).await;
+                    stopped("stopped: query timeout")
+                }
+                _ = cancel.cancelled() => {
+                    let _ = tx.send(Err(Status::cancelled("the query was cancelled"))).await;
+                    stopped("stopped: cancelled")
+                }
+            };
+            running.remove(&job_id);
             tracing::info!(
                 job_id,
                 stages = graph.stages.len(),
@@ -341,6 +360,18 @@ impl Coordinator {
         });
         let first = futures::stream::once(std::future::ready(Ok(schema_message(&schema))));
         Ok(first.chain(ReceiverStream::new(rx)).boxed())
+    }
+
+    /// Stops the running job `job_id` on every worker; its client gets
+    /// CANCELLED. False when no such job is running.
+    pub fn cancel(&self, job_id: &str) -> bool {
+        match self.running.get(job_id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
     }
 
     /// The most recent jobs, oldest first.

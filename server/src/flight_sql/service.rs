@@ -12,15 +12,18 @@ use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::server::FlightSqlService;
 use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetCrossReference,
-    CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
-    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
-    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
-    SqlInfo, TicketStatementQuery,
+    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+    CommandGetCatalogs, CommandGetCrossReference, CommandGetDbSchemas, CommandGetExportedKeys,
+    CommandGetImportedKeys, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
+    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery,
+    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
 };
-use arrow_flight::{Action, IpcMessage, SchemaAsIpc};
+use arrow_flight::{
+    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, IpcMessage, SchemaAsIpc,
+};
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
 };
@@ -82,6 +85,24 @@ impl SquadronFlightSql {
         Ok(Response::new(info))
     }
 
+    /// Cancels the statements `info`'s tickets name: one not fetched yet
+    /// is dropped, a running one stopped on every worker.
+    fn cancel(&self, info: &FlightInfo) -> CancelStatus {
+        let mut status = CancelStatus::NotCancellable;
+        for ticket in info.endpoint.iter().filter_map(|e| e.ticket.as_ref()) {
+            let handle = Any::decode(ticket.ticket.clone())
+                .ok()
+                .and_then(|any| any.unpack::<TicketStatementQuery>().ok().flatten())
+                .and_then(|t| String::from_utf8(t.statement_handle.to_vec()).ok());
+            if let Some(handle) = handle {
+                if self.statements.discard(&handle) || self.coordinator.cancel(&handle) {
+                    status = CancelStatus::Cancelled;
+                }
+            }
+        }
+        status
+    }
+
     /// Runs DDL/DML statements (one per bound parameter row); returns the
     /// rows they wrote.
     async fn run_updates(&self, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
@@ -116,6 +137,9 @@ impl SquadronFlightSql {
         Ok(Response::new(info))
     }
 }
+
+/// The Flight RPC action that cancels a FlightInfo's query.
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 
 /// The parameter batches of a DoPut.
 async fn read_batches(stream: PeekableFlightDataStream) -> Result<Vec<RecordBatch>, Status> {
@@ -284,6 +308,46 @@ impl FlightSqlService for SquadronFlightSql {
         );
         let written = ingest(&self.coordinator, &command, schema, rows).await?;
         Ok(written as i64)
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let action = request.into_inner();
+        if action.r#type != CANCEL_FLIGHT_INFO {
+            return Err(Status::invalid_argument(format!(
+                "unknown action {:?}",
+                action.r#type
+            )));
+        }
+        let request = CancelFlightInfoRequest::decode(action.body)
+            .map_err(|e| Status::invalid_argument(format!("a malformed CancelFlightInfo: {e}")))?;
+        let info = request
+            .info
+            .ok_or_else(|| Status::invalid_argument("CancelFlightInfo names no FlightInfo"))?;
+        let result = CancelFlightInfoResult {
+            status: self.cancel(&info) as i32,
+        };
+        let body = arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        };
+        Ok(Response::new(
+            futures::stream::once(async { Ok(body) }).boxed(),
+        ))
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let info = FlightInfo::decode(query.info)
+            .map_err(|e| Status::invalid_argument(format!("a malformed FlightInfo: {e}")))?;
+        // ActionCancelQuery's results number like CancelStatus.
+        Ok(ActionCancelQueryResult {
+            result: self.cancel(&info) as i32,
+        })
     }
 
     async fn do_action_close_prepared_statement(

@@ -22,7 +22,7 @@ pub fn sql_info() -> SqlInfoData {
         SqlInfo::FlightSqlServerTransaction,
         SqlSupportedTransaction::None as i32,
     );
-    builder.append(SqlInfo::FlightSqlServerCancel, false);
+    builder.append(SqlInfo::FlightSqlServerCancel, true);
     builder.append(SqlInfo::SqlDdlTable, true);
     builder.append(SqlInfo::SqlDdlCatalog, false);
     builder.append(SqlInfo::SqlDdlSchema, false);

@@ -72,6 +72,12 @@ impl StatementStore {
         }
     }
 
+    /// Drops a statement not fetched yet (a cancel before DoGet); false
+    /// when there is none.
+    pub fn discard(&self, handle: &str) -> bool {
+        self.entries.remove(handle).is_some()
+    }
+
     fn expire(&self) {
         self.entries.retain(|_, e| e.created.elapsed() <= self.ttl);
     }

@@ -220,7 +220,7 @@ impl TaskRunner {
             panic,
             ..
         } = task;
-        tokio::spawn(async move {
+        super::pool::execution_runtime().spawn(async move {
             let token = entry.token().clone();
             let partition = key.partition as usize;
             let run = AssertUnwindSafe(async move {
