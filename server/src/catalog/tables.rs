@@ -3,13 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::Schema;
 use datafusion::common::Result;
 use datafusion::datasource::file_format::options::ReadOptions;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
 
-use crate::planner::client_types::client_type;
+use crate::planner::client_types::client_schema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableFormat {
@@ -119,14 +119,7 @@ async fn plain_schema(ctx: &SessionContext, path: &str) -> Result<Schema> {
     let options = ParquetReadOptions::default()
         .to_listing_options(&ctx.copied_config(), ctx.copied_table_options());
     let inferred = options.infer_schema(&ctx.state(), &table_path).await?;
-    Ok(Schema::new_with_metadata(
-        inferred
-            .fields()
-            .iter()
-            .map(|f| Field::clone(f).with_data_type(client_type(f.data_type())))
-            .collect::<Vec<_>>(),
-        inferred.metadata().clone(),
-    ))
+    Ok(client_schema(&inferred))
 }
 
 #[cfg(test)]

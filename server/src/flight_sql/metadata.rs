@@ -15,7 +15,7 @@ use datafusion::datasource::TableType;
 use datafusion::prelude::SessionContext;
 use tonic::Status;
 
-use crate::planner::client_types::client_type;
+use crate::planner::client_types::client_schema;
 
 /// The table types Squadron's catalog holds, as Flight SQL names them.
 pub const TABLE_TYPES: [&str; 3] = ["TABLE", "VIEW", "LOCAL TEMPORARY"];
@@ -94,17 +94,6 @@ pub async fn tables(ctx: &SessionContext, query: CommandGetTables) -> Result<Rec
         }
     }
     builder.build().map_err(arrow_error)
-}
-
-/// A table's columns as clients receive them.
-pub fn client_schema(schema: &Schema) -> Schema {
-    Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| Field::clone(f).with_data_type(client_type(f.data_type())))
-            .collect::<Vec<_>>(),
-    )
 }
 
 pub fn table_types(query: CommandGetTableTypes) -> Result<RecordBatch, Status> {

@@ -21,7 +21,7 @@ use squadron_worker::error::to_status;
 use tonic::Status;
 
 use crate::coordinator::parameter_names;
-use crate::planner::client_types::client_type;
+use crate::planner::client_types::{client_schema, client_type};
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 pub const DEFAULT_CAPACITY: usize = 4096;
@@ -57,13 +57,7 @@ impl Prepared {
             })
             .collect();
         let dataset = if returns_rows(&plan) {
-            let fields: Vec<Field> = plan
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| Field::clone(f).with_data_type(client_type(f.data_type())))
-                .collect();
-            Arc::new(Schema::new(fields))
+            Arc::new(client_schema(plan.schema().as_arrow()))
         } else {
             Arc::new(Schema::empty())
         };

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use datafusion::common::Result;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_expr::projection::ProjectionExpr;
@@ -30,6 +30,18 @@ pub fn client_type(data_type: &DataType) -> DataType {
         DataType::Struct(fields) => DataType::Struct(fields.iter().map(client_field).collect()),
         other => other.clone(),
     }
+}
+
+/// A schema with every column as clients receive it (metadata kept).
+pub fn client_schema(schema: &Schema) -> Schema {
+    Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| Field::clone(f).with_data_type(client_type(f.data_type())))
+            .collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    )
 }
 
 fn client_field(field: &FieldRef) -> FieldRef {
