@@ -5,15 +5,19 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arrow_flight::FlightData;
 use dashmap::DashMap;
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::Statement;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
+use tokio::sync::mpsc::WeakSender;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -23,7 +27,8 @@ use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::planner::local::reads_no_table;
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
-use crate::scheduler::{Admission, JobReport, JobRunner, Placement};
+use crate::scheduler::{Admission, JobProgress, JobReport, JobRunner, Placement};
+use crate::session::Session;
 use crate::updates::{is_update, run_update};
 
 /// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
@@ -46,19 +51,22 @@ const JOB_HISTORY: usize = 256;
 pub struct PlannedQuery {
     pub schema: SchemaRef,
     pub work: Work,
+    /// The settings the planning session changed; its tasks carry them.
+    pub settings: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
 pub enum Work {
     /// A query to run on the workers, its stage plans encoded.
     Distributed(Arc<JobGraph>),
-    /// A query that reads no table (`SELECT 1`), run on the coordinator.
-    Local(Arc<dyn ExecutionPlan>),
+    /// A query that reads no table (`SELECT 1`, `information_schema`), run
+    /// on the coordinator in its session.
+    Local(Arc<dyn ExecutionPlan>, Arc<TaskContext>),
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
     /// A DDL or DML statement, run when fetched; its answer is one row
     /// with the rows it wrote (`count`).
-    Update(LogicalPlan),
+    Update(LogicalPlan, Arc<Session>),
 }
 
 /// The result of a DDL or DML statement read as a query.
@@ -68,6 +76,25 @@ pub fn update_count_schema() -> SchemaRef {
         DataType::Int64,
         false,
     )]))
+}
+
+/// A job running now.
+struct RunningJob {
+    cancel: CancellationToken,
+    progress: Arc<JobProgress>,
+    /// The job's output, to see whether it waits for its reader.
+    output: WeakSender<Result<FlightData, Status>>,
+}
+
+/// How far a running job is.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Tasks finished out of all tasks, 0.0 to 1.0.
+    pub fraction: f64,
+    pub finished: usize,
+    pub tasks: usize,
+    /// The output buffer is full: the rest comes as the client reads.
+    pub waiting_for_client: bool,
 }
 
 /// What the coordinator remembers of a job it ran.
@@ -116,20 +143,21 @@ impl Default for JobLimits {
 }
 
 pub struct Coordinator {
-    ctx: SessionContext,
+    shared: Arc<Session>,
     runner: Arc<JobRunner>,
     admission: Admission,
     query_timeout: Option<Duration>,
     history: Arc<Mutex<VecDeque<JobRecord>>>,
     catalog: Option<Arc<PersistedCatalog>>,
-    /// Distributed jobs running now, by job id, to cancel them.
-    running: Arc<DashMap<String, CancellationToken>>,
+    /// Distributed jobs running now, by job id, to cancel them and report
+    /// their progress.
+    running: Arc<DashMap<String, RunningJob>>,
 }
 
 impl Coordinator {
     pub fn new(ctx: SessionContext, runner: JobRunner, limits: &JobLimits) -> Self {
         Self {
-            ctx,
+            shared: Arc::new(Session::shared(ctx)),
             runner: Arc::new(runner),
             admission: Admission::new(limits.max_concurrent_queries, limits.max_queued_queries),
             query_timeout: limits.query_timeout,
@@ -150,9 +178,14 @@ impl Coordinator {
         self.catalog.as_ref()
     }
 
-    /// The planning session and its catalog.
+    /// The server's own session (its catalogs are every session's).
     pub fn session(&self) -> &SessionContext {
-        &self.ctx
+        self.shared.ctx()
+    }
+
+    /// The session of clients that changed no setting.
+    pub fn shared_session(&self) -> &Arc<Session> {
+        &self.shared
     }
 
     /// Jobs running now.
@@ -160,10 +193,10 @@ impl Coordinator {
         self.admission.running()
     }
 
-    /// Plans one SQL statement.
-    pub async fn plan(&self, sql: &str) -> Result<PlannedQuery, Status> {
+    /// Plans one SQL statement in `session`.
+    pub async fn plan(&self, session: &Arc<Session>, sql: &str) -> Result<PlannedQuery, Status> {
         let started = Instant::now();
-        let planned = self.plan_statement(sql).await;
+        let planned = self.plan_statement(session, sql).await;
         tracing::debug!(
             micros = started.elapsed().as_micros() as u64,
             "planned a statement"
@@ -171,22 +204,21 @@ impl Coordinator {
         planned
     }
 
-    async fn plan_statement(&self, sql: &str) -> Result<PlannedQuery, Status> {
-        let logical = self.logical_plan(sql).await?;
+    async fn plan_statement(
+        &self,
+        session: &Arc<Session>,
+        sql: &str,
+    ) -> Result<PlannedQuery, Status> {
+        let logical = self.logical_plan(session, sql).await?;
         tracing::trace!("logical plan ready");
-        let parameters = parameter_names(&logical)?;
-        if !parameters.is_empty() {
-            return Err(Status::invalid_argument(format!(
-                "the statement has parameters ({}): prepare it and bind values",
-                parameters.join(", ")
-            )));
-        }
-        self.plan_logical(logical).await
+        self.plan_logical(session, logical).await
     }
 
-    /// The logical plan of one SQL statement.
-    pub async fn logical_plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
-        self.ctx
+    /// The logical plan of one SQL statement, its names resolved in
+    /// `session`.
+    pub async fn logical_plan(&self, session: &Session, sql: &str) -> Result<LogicalPlan, Status> {
+        session
+            .ctx()
             .state()
             .create_logical_plan(&number_placeholders(sql))
             .await
@@ -195,12 +227,24 @@ impl Coordinator {
 
     /// Plans a statement already turned into a logical plan (a prepared
     /// statement with its parameters bound).
-    pub async fn plan_logical(&self, logical: LogicalPlan) -> Result<PlannedQuery, Status> {
-        let state = self.ctx.state();
+    pub async fn plan_logical(
+        &self,
+        session: &Arc<Session>,
+        logical: LogicalPlan,
+    ) -> Result<PlannedQuery, Status> {
+        let parameters = parameter_names(&logical)?;
+        if !parameters.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "the statement has parameters ({}): prepare it and bind values",
+                parameters.join(", ")
+            )));
+        }
+        let state = session.ctx().state();
+        let settings = session.changed_settings();
         match &logical {
             LogicalPlan::Explain(explain) => {
-                let batches = self
-                    .ctx
+                let batches = session
+                    .ctx()
                     .execute_logical_plan(logical.clone())
                     .await
                     .map_err(|e| to_status(&e))?
@@ -226,6 +270,7 @@ impl Coordinator {
                 Ok(PlannedQuery {
                     schema,
                     work: Work::Immediate(all),
+                    settings,
                 })
             }
             LogicalPlan::Analyze(_) => Err(Status::unimplemented(
@@ -233,10 +278,16 @@ impl Coordinator {
             )),
             plan if is_update(plan) => Ok(PlannedQuery {
                 schema: update_count_schema(),
-                work: Work::Update(logical),
+                work: Work::Update(logical, Arc::clone(session)),
+                settings,
             }),
+            LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)) => {
+                Err(Status::internal(
+                    "SET changes a client session and is applied by the Flight SQL service",
+                ))
+            }
             LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(Status::unimplemented(
-                format!("only queries are supported yet, not {}", logical.display()),
+                format!("not supported yet: {}", logical.display()),
             )),
             _ => {
                 let plan = state
@@ -249,7 +300,8 @@ impl Coordinator {
                 if reads_no_table(&plan) {
                     return Ok(PlannedQuery {
                         schema,
-                        work: Work::Local(plan),
+                        work: Work::Local(plan, session.task_ctx()),
+                        settings,
                     });
                 }
                 let mut graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
@@ -258,6 +310,7 @@ impl Coordinator {
                 Ok(PlannedQuery {
                     schema,
                     work: Work::Distributed(Arc::new(graph)),
+                    settings,
                 })
             }
         }
@@ -268,14 +321,15 @@ impl Coordinator {
     /// RESOURCE_EXHAUSTED).
     pub async fn execute(&self, job_id: &str, query: PlannedQuery) -> Result<JobStream, Status> {
         let schema = query.schema;
+        let settings = query.settings;
         let graph = match query.work {
             Work::Immediate(batches) => {
                 let batches = futures::stream::iter(batches.into_iter().map(Ok));
                 return Ok(encode_batches(schema, batches));
             }
-            Work::Local(plan) => {
+            Work::Local(plan, task_ctx) => {
                 let slot = self.admission.admit().await?;
-                let batches = execute_stream(plan, self.ctx.task_ctx())
+                let batches = execute_stream(plan, task_ctx)
                     .map_err(|e| to_status(&e))?
                     .map_err(|e| to_status(&e))
                     // The slot is held until the answer is sent or dropped.
@@ -284,10 +338,10 @@ impl Coordinator {
                     });
                 return Ok(encode_batches(schema, batches));
             }
-            Work::Update(plan) => {
+            Work::Update(plan, session) => {
                 let slot = self.admission.admit().await?;
                 // Boxed: an update runs its input through `execute` again.
-                let rows = Box::pin(run_update(self, plan)).await?;
+                let rows = Box::pin(run_update(self, &session, plan)).await?;
                 drop(slot);
                 let count = RecordBatch::try_new(
                     schema.clone(),
@@ -308,13 +362,19 @@ impl Coordinator {
         let timeout = self.query_timeout;
         let job_id = job_id.to_string();
         let cancel = CancellationToken::new();
+        let progress = Arc::new(JobProgress::default());
         // At most one entry per admitted job: bounded by the admission limit.
-        self.running.insert(job_id.clone(), cancel.clone());
+        let job = RunningJob {
+            cancel: cancel.clone(),
+            progress: Arc::clone(&progress),
+            output: tx.downgrade(),
+        };
+        self.running.insert(job_id.clone(), job);
         let running = Arc::clone(&self.running);
         tokio::spawn(async move {
             let _slot = slot;
             let started = Instant::now();
-            let run = runner.run(&job_id, &graph, &tx);
+            let run = runner.run(&job_id, &graph, &settings, &progress, &tx);
             let deadline = async {
                 match timeout {
                     Some(limit) => tokio::time::sleep(limit).await,
@@ -366,12 +426,28 @@ impl Coordinator {
     /// CANCELLED. False when no such job is running.
     pub fn cancel(&self, job_id: &str) -> bool {
         match self.running.get(job_id) {
-            Some(token) => {
-                token.cancel();
+            Some(job) => {
+                job.cancel.cancel();
                 true
             }
             None => false,
         }
+    }
+
+    /// How far the running job `job_id` is; `None` once it has ended.
+    pub fn progress(&self, job_id: &str) -> Option<Progress> {
+        let job = self.running.get(job_id)?;
+        let (finished, tasks) = job.progress.counts();
+        let waiting_for_client = job
+            .output
+            .upgrade()
+            .is_some_and(|output| output.capacity() == 0);
+        Some(Progress {
+            fraction: job.progress.fraction(),
+            finished,
+            tasks,
+            waiting_for_client,
+        })
     }
 
     /// The most recent jobs, oldest first.

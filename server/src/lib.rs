@@ -10,6 +10,7 @@
 //! - `catalog/`: tables from the command line, TPC-H sample data, the
 //!   persisted catalog of created tables and views
 //! - `updates/`: DDL, DML and bulk ingest
+//! - `session`: a client's catalog, schema and changed settings
 
 pub mod answers;
 pub mod catalog;
@@ -21,6 +22,7 @@ pub mod planner;
 pub mod process_stats;
 pub mod scheduler;
 mod server;
+pub mod session;
 pub mod updates;
 
 pub use coordinator::{Coordinator, JobLimits};

@@ -22,7 +22,7 @@ use crate::catalog::persisted::PersistedCatalog;
 use crate::catalog::TableSpec;
 use crate::cluster::{normalize_url, StaticResolver, WorkerHealth, WorkerResolver};
 use crate::coordinator::JobLimits;
-use crate::flight_sql::SquadronFlightSql;
+use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::scheduler::JobRunner;
 use crate::Coordinator;
 
@@ -230,9 +230,11 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let coordinator = Arc::new(coordinator);
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
-    let service = FlightServiceServer::new(SquadronFlightSql::new(coordinator.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = FlightServiceServer::new(SquadronFlight::new(Arc::new(SquadronFlightSql::new(
+        coordinator.clone(),
+    ))))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_service_status("", ServingStatus::Serving)

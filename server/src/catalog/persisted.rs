@@ -7,6 +7,7 @@
 //! rewritten atomically (a temporary file renamed over it) after every
 //! change, and registered again when the server starts.
 
+use crate::session::Session;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -26,7 +27,13 @@ pub enum Entry {
     /// An external table or a view: the statement that defined it
     /// (`CREATE EXTERNAL TABLE …`, `CREATE VIEW …`), run again at start-up
     /// so every option it gave is kept.
-    Defined { name: String, sql: String },
+    Defined {
+        name: String,
+        sql: String,
+        /// The catalog and schema the statement's names resolved in.
+        #[serde(default)]
+        schema: Option<(String, String)>,
+    },
 }
 
 impl Entry {
@@ -157,8 +164,13 @@ pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status>
         .register(ctx)
         .await
         .map_err(internal),
-        Entry::Defined { sql, .. } => {
-            ctx.sql(sql).await.map_err(internal)?;
+        Entry::Defined { sql, schema, .. } => {
+            let session = Session::derived_from(ctx);
+            if let Some((catalog, schema)) = schema {
+                session.set("datafusion.catalog.default_catalog", catalog)?;
+                session.set("datafusion.catalog.default_schema", schema)?;
+            }
+            session.ctx().sql(sql).await.map_err(internal)?;
             Ok(())
         }
     }
@@ -175,6 +187,7 @@ mod tests {
         let view = Entry::Defined {
             name: "v".into(),
             sql: "CREATE VIEW v AS SELECT 1".into(),
+            schema: None,
         };
         let table = Entry::Managed {
             name: "t".into(),

@@ -1,9 +1,15 @@
 //! The client-facing Arrow Flight SQL service.
 
+pub mod front;
+pub mod handles;
 pub mod metadata;
+pub mod poll;
 pub mod prepared;
 pub mod service;
+pub mod session_options;
+pub mod sessions;
 pub mod sql_info;
 pub mod statements;
 
+pub use front::SquadronFlight;
 pub use service::SquadronFlightSql;

@@ -8,9 +8,8 @@
 //! grow it without bound.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use dashmap::DashMap;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -20,6 +19,7 @@ use datafusion::logical_expr::LogicalPlanBuilder;
 use squadron_worker::error::to_status;
 use tonic::Status;
 
+use super::handles::HandleMap;
 use crate::coordinator::parameter_names;
 use crate::planner::client_types::{client_schema, client_type};
 
@@ -155,15 +155,8 @@ fn returns_rows(plan: &LogicalPlan) -> bool {
     )
 }
 
-struct Entry {
-    prepared: Prepared,
-    last_used: Instant,
-}
-
 pub struct PreparedStore {
-    entries: DashMap<String, Entry>,
-    ttl: Duration,
-    capacity: usize,
+    entries: HandleMap<Prepared>,
 }
 
 impl Default for PreparedStore {
@@ -175,43 +168,24 @@ impl Default for PreparedStore {
 impl PreparedStore {
     pub fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
-            entries: DashMap::new(),
-            ttl,
-            capacity,
+            entries: HandleMap::new("prepared statements", ttl, capacity),
         }
     }
 
     /// Keeps `prepared` under a new handle.
     pub fn insert(&self, prepared: Prepared) -> Result<String, Status> {
-        self.expire();
-        if self.entries.len() >= self.capacity {
-            return Err(Status::resource_exhausted(format!(
-                "{} prepared statements are open; close some or let them expire",
-                self.capacity
-            )));
-        }
-        let handle = uuid::Uuid::new_v4().to_string();
-        self.entries.insert(
-            handle.clone(),
-            Entry {
-                prepared,
-                last_used: Instant::now(),
-            },
-        );
-        Ok(handle)
+        self.entries.insert(prepared)
     }
 
     /// The statement under `handle`; using it keeps it alive.
     pub fn get(&self, handle: &[u8]) -> Result<Prepared, Status> {
-        let mut entry = self.live_entry(handle)?;
-        entry.last_used = Instant::now();
-        Ok(entry.prepared.clone())
+        self.entries
+            .get(handle_key(handle)?)
+            .ok_or_else(unknown_handle)
     }
 
     /// Binds parameter batches (a DoPut) to the statement under `handle`.
     pub fn bind(&self, handle: &[u8], batches: &[RecordBatch]) -> Result<(), Status> {
-        let mut entry = self.live_entry(handle)?;
-        let wanted = &entry.prepared.parameters;
         let bound = match batches.first() {
             None => None,
             Some(first) => Some(
@@ -219,46 +193,35 @@ impl PreparedStore {
                     .map_err(|e| Status::invalid_argument(format!("parameter batches: {e}")))?,
             ),
         };
-        if let Some(batch) = &bound {
-            if batch.num_columns() != wanted.fields().len() && batch.num_rows() > 0 {
-                return Err(Status::invalid_argument(format!(
-                    "{} parameter value(s) bound, the statement has {} parameter(s)",
-                    batch.num_columns(),
-                    wanted.fields().len()
-                )));
-            }
-        }
-        entry.prepared.bound = bound;
-        entry.last_used = Instant::now();
-        Ok(())
+        self.entries
+            .with(handle_key(handle)?, |prepared| {
+                let wanted = prepared.parameters.fields().len();
+                if let Some(batch) = &bound {
+                    if batch.num_columns() != wanted && batch.num_rows() > 0 {
+                        return Err(Status::invalid_argument(format!(
+                            "{} parameter value(s) bound, the statement has {wanted} parameter(s)",
+                            batch.num_columns(),
+                        )));
+                    }
+                }
+                prepared.bound = bound;
+                Ok(())
+            })
+            .ok_or_else(unknown_handle)?
     }
 
     /// Frees the statement under `handle`.
     pub fn remove(&self, handle: &[u8]) -> Result<(), Status> {
-        let key = handle_key(handle)?;
-        self.entries
-            .remove(key)
-            .map(|_| ())
-            .ok_or_else(unknown_handle)
-    }
-
-    fn live_entry(
-        &self,
-        handle: &[u8],
-    ) -> Result<dashmap::mapref::one::RefMut<'_, String, Entry>, Status> {
-        let key = handle_key(handle)?;
-        let entry = self.entries.get_mut(key).ok_or_else(unknown_handle)?;
-        if entry.last_used.elapsed() > self.ttl {
-            drop(entry);
-            self.entries.remove(key);
-            return Err(unknown_handle());
+        if self.entries.remove(handle_key(handle)?) {
+            Ok(())
+        } else {
+            Err(unknown_handle())
         }
-        Ok(entry)
     }
 
-    fn expire(&self) {
-        self.entries
-            .retain(|_, e| e.last_used.elapsed() <= self.ttl);
+    /// Drops the statements idle for the TTL.
+    pub fn expire(&self) -> usize {
+        self.entries.expire()
     }
 
     pub fn len(&self) -> usize {

@@ -3,6 +3,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -22,7 +23,8 @@ use arrow_flight::sql::{
     TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, IpcMessage, SchemaAsIpc,
+    Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, IpcMessage,
+    SchemaAsIpc,
 };
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
@@ -34,30 +36,114 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::front::extra_action_types;
 use super::metadata;
+use super::poll::{new_poll_store, PollStore};
 use super::prepared::{Prepared, PreparedStore};
+use super::session_options::{
+    self, SetSessionOptionsRequest, CLOSE_SESSION, GET_SESSION_OPTIONS, SET_SESSION_OPTIONS,
+};
+use super::sessions::{Caller, Sessions, DEFAULT_CAPACITY, DEFAULT_IDLE_TTL, SESSION_COOKIE};
 use super::statements::StatementStore;
-use crate::coordinator::{Coordinator, PlannedQuery};
+use crate::coordinator::{Coordinator, PlannedQuery, Work};
 use crate::output::encode_batches;
+use crate::session::changes_session;
 use crate::updates::ingest::ingest;
 use crate::updates::{is_update, run_update};
 use datafusion::logical_expr::LogicalPlan;
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,
-    statements: StatementStore,
-    prepared: PreparedStore,
+    state: Arc<ClientState>,
     sql_info: SqlInfoData,
 }
 
+/// What the server keeps for its clients, by handle.
+pub struct ClientState {
+    pub statements: StatementStore,
+    pub prepared: PreparedStore,
+    pub sessions: Sessions,
+    pub polls: PollStore,
+}
+
+impl ClientState {
+    /// Drops every entry idle for its TTL.
+    fn expire(&self) {
+        self.statements.expire();
+        self.prepared.expire();
+        self.sessions.expire();
+        self.polls.expire();
+    }
+}
+
+/// How often idle handles and sessions are looked for: they are dropped
+/// even when no new one is made.
+const REAP_EVERY: Duration = Duration::from_secs(15);
+
 impl SquadronFlightSql {
     pub fn new(coordinator: Arc<Coordinator>) -> Self {
-        Self {
-            coordinator,
+        let shared = Arc::clone(coordinator.shared_session());
+        let state = Arc::new(ClientState {
             statements: StatementStore::default(),
             prepared: PreparedStore::default(),
-            sql_info: super::sql_info::sql_info(),
+            sessions: Sessions::new(shared, DEFAULT_IDLE_TTL, DEFAULT_CAPACITY),
+            polls: new_poll_store(),
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let state = Arc::downgrade(&state);
+            runtime.spawn(async move {
+                let mut tick = tokio::time::interval(REAP_EVERY);
+                loop {
+                    tick.tick().await;
+                    match state.upgrade() {
+                        Some(state) => state.expire(),
+                        None => return,
+                    }
+                }
+            });
         }
+        let sql_info = super::sql_info::sql_info(coordinator.session());
+        Self {
+            coordinator,
+            state,
+            sql_info,
+        }
+    }
+
+    /// The handles and sessions of clients.
+    pub fn state(&self) -> &Arc<ClientState> {
+        &self.state
+    }
+
+    pub fn coordinator(&self) -> &Arc<Coordinator> {
+        &self.coordinator
+    }
+
+    /// Plans `logical` for `caller`. `SET` and `RESET` change the caller's
+    /// own session (opened now) and answer no rows.
+    pub(super) async fn plan_for(
+        &self,
+        caller: &Caller,
+        logical: LogicalPlan,
+    ) -> Result<PlannedQuery, Status> {
+        if changes_session(&logical) {
+            let (session, _) = self.state.sessions.open(caller)?;
+            session.apply_statement(&logical)?;
+            return Ok(PlannedQuery {
+                schema: Arc::new(Schema::empty()),
+                work: Work::Immediate(vec![]),
+                settings: vec![],
+            });
+        }
+        let session = self.state.sessions.current(caller);
+        self.coordinator.plan_logical(&session, logical).await
+    }
+
+    /// Plans one SQL statement for `caller`.
+    pub async fn plan_sql(&self, caller: &Caller, sql: &str) -> Result<PlannedQuery, Status> {
+        let session = self.state.sessions.current(caller);
+        let logical = self.coordinator.logical_plan(&session, sql).await?;
+        self.plan_for(caller, logical).await
     }
 
     /// Keeps a planned statement for its DoGet and describes it: one
@@ -69,7 +155,7 @@ impl SquadronFlightSql {
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = planned.schema.clone();
-        let handle = self.statements.insert(planned)?;
+        let handle = self.state.statements.insert(planned)?;
         let ticket = TicketStatementQuery {
             statement_handle: handle.into_bytes().into(),
         };
@@ -95,7 +181,12 @@ impl SquadronFlightSql {
                 .and_then(|any| any.unpack::<TicketStatementQuery>().ok().flatten())
                 .and_then(|t| String::from_utf8(t.statement_handle.to_vec()).ok());
             if let Some(handle) = handle {
-                if self.statements.discard(&handle) || self.coordinator.cancel(&handle) {
+                // A polled query not read yet stops with its stream.
+                let polled = self.state.polls.remove(&handle);
+                if self.state.statements.discard(&handle)
+                    || self.coordinator.cancel(&handle)
+                    || polled
+                {
                     status = CancelStatus::Cancelled;
                 }
             }
@@ -103,17 +194,23 @@ impl SquadronFlightSql {
         status
     }
 
-    /// Runs DDL/DML statements (one per bound parameter row); returns the
-    /// rows they wrote.
-    async fn run_updates(&self, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
+    /// Runs DDL/DML or SET statements (one per bound parameter row) for
+    /// `caller`; returns the rows they wrote.
+    async fn run_updates(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
         let mut total = 0;
         for plan in plans {
+            if changes_session(&plan) {
+                let (session, _) = self.state.sessions.open(caller)?;
+                session.apply_statement(&plan)?;
+                continue;
+            }
             if !is_update(&plan) {
                 return Err(Status::invalid_argument(
                     "not a DDL or DML statement: run queries with GetFlightInfo and DoGet",
                 ));
             }
-            total += run_update(&self.coordinator, plan).await?;
+            let session = self.state.sessions.current(caller);
+            total += run_update(&self.coordinator, &session, plan).await?;
         }
         Ok(total as i64)
     }
@@ -199,20 +296,24 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let planned = self.coordinator.plan(&query.query).await?;
+        let planned = self.plan_sql(&Caller::of(&request), &query.query).await?;
         self.statement_info(planned, request.into_inner())
     }
 
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let plan = self.coordinator.logical_plan(&query.query).await?;
+        let session = self.state.sessions.current(&Caller::of(&request));
+        let plan = self
+            .coordinator
+            .logical_plan(&session, &query.query)
+            .await?;
         let prepared = Prepared::new(plan)?;
         let dataset_schema = schema_bytes(&prepared.dataset)?;
         let parameter_schema = schema_bytes(&prepared.parameters)?;
-        let handle = self.prepared.insert(prepared)?;
+        let handle = self.state.prepared.insert(prepared)?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),
             dataset_schema,
@@ -226,7 +327,8 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let batches = read_batches(request.into_inner()).await?;
-        self.prepared
+        self.state
+            .prepared
             .bind(&query.prepared_statement_handle, &batches)?;
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(query.prepared_statement_handle),
@@ -238,10 +340,9 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let prepared = self.prepared.get(&query.prepared_statement_handle)?;
+        let prepared = self.state.prepared.get(&query.prepared_statement_handle)?;
         let planned = self
-            .coordinator
-            .plan_logical(prepared.bound_plan()?)
+            .plan_for(&Caller::of(&request), prepared.bound_plan()?)
             .await?;
         self.statement_info(planned, request.into_inner())
     }
@@ -249,14 +350,13 @@ impl FlightSqlService for SquadronFlightSql {
     async fn do_get_prepared_statement(
         &self,
         query: CommandPreparedStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<FlightDataStream>, Status> {
         // Our FlightInfo hands out statement tickets; a client may still
         // redeem the command itself.
-        let prepared = self.prepared.get(&query.prepared_statement_handle)?;
+        let prepared = self.state.prepared.get(&query.prepared_statement_handle)?;
         let planned = self
-            .coordinator
-            .plan_logical(prepared.bound_plan()?)
+            .plan_for(&Caller::of(&request), prepared.bound_plan()?)
             .await?;
         let job_id = uuid::Uuid::new_v4().to_string();
         let stream = self.coordinator.execute(&job_id, planned).await?;
@@ -266,10 +366,15 @@ impl FlightSqlService for SquadronFlightSql {
     async fn do_put_statement_update(
         &self,
         command: CommandStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let plan = self.coordinator.logical_plan(&command.query).await?;
-        self.run_updates(vec![plan]).await
+        let caller = Caller::of(&request);
+        let session = self.state.sessions.current(&caller);
+        let plan = self
+            .coordinator
+            .logical_plan(&session, &command.query)
+            .await?;
+        self.run_updates(&caller, vec![plan]).await
     }
 
     async fn do_put_prepared_statement_update(
@@ -278,13 +383,14 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let handle = &command.prepared_statement_handle;
+        let caller = Caller::of(&request);
         // Parameter rows may come with the update itself (JDBC executeBatch).
         let batches = read_batches(request.into_inner()).await?;
         if batches.iter().any(|b| b.num_columns() > 0) {
-            self.prepared.bind(handle, &batches)?;
+            self.state.prepared.bind(handle, &batches)?;
         }
-        let prepared = self.prepared.get(handle)?;
-        self.run_updates(prepared.bound_plans()?).await
+        let prepared = self.state.prepared.get(handle)?;
+        self.run_updates(&caller, prepared.bound_plans()?).await
     }
 
     async fn do_put_statement_ingest(
@@ -292,6 +398,7 @@ impl FlightSqlService for SquadronFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
+        let session = self.state.sessions.current(&Caller::of(&request));
         let mut stream = FlightRecordBatchStream::new_from_flight_data(
             request.into_inner().map_err(FlightError::from),
         );
@@ -306,7 +413,7 @@ impl FlightSqlService for SquadronFlightSql {
         let rows = futures::stream::iter(first.map(Ok)).chain(
             stream.map_err(|e| Status::invalid_argument(format!("reading the ingested rows: {e}"))),
         );
-        let written = ingest(&self.coordinator, &command, schema, rows).await?;
+        let written = ingest(&self.coordinator, &session, &command, schema, rows).await?;
         Ok(written as i64)
     }
 
@@ -314,27 +421,54 @@ impl FlightSqlService for SquadronFlightSql {
         &self,
         request: Request<Action>,
     ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let caller = Caller::of(&request);
         let action = request.into_inner();
-        if action.r#type != CANCEL_FLIGHT_INFO {
-            return Err(Status::invalid_argument(format!(
-                "unknown action {:?}",
-                action.r#type
-            )));
+        let malformed = |e: prost::DecodeError| {
+            Status::invalid_argument(format!("a malformed {}: {e}", action.r#type))
+        };
+        let (body, cookie) = match action.r#type.as_str() {
+            CANCEL_FLIGHT_INFO => {
+                let request =
+                    CancelFlightInfoRequest::decode(action.body.clone()).map_err(malformed)?;
+                let info = request.info.ok_or_else(|| {
+                    Status::invalid_argument("CancelFlightInfo names no FlightInfo")
+                })?;
+                let result = CancelFlightInfoResult {
+                    status: self.cancel(&info) as i32,
+                };
+                (result.encode_to_vec(), None)
+            }
+            SET_SESSION_OPTIONS => {
+                let request =
+                    SetSessionOptionsRequest::decode(action.body.clone()).map_err(malformed)?;
+                let (result, id) =
+                    session_options::set_options(&self.state.sessions, &caller, request)?;
+                (result.encode_to_vec(), Some(id))
+            }
+            GET_SESSION_OPTIONS => (
+                session_options::get_options(&self.state.sessions, &caller).encode_to_vec(),
+                None,
+            ),
+            CLOSE_SESSION => (
+                session_options::close(&self.state.sessions, &caller).encode_to_vec(),
+                None,
+            ),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown action {other:?}"
+                )));
+            }
+        };
+        let result = arrow_flight::Result { body: body.into() };
+        let mut response = Response::new(futures::stream::once(async { Ok(result) }).boxed());
+        // Clients that keep cookies (the JDBC driver) find their session by
+        // it; the others by their connection.
+        if let Some(cookie) =
+            cookie.and_then(|id| format!("{SESSION_COOKIE}={id}; HttpOnly").parse().ok())
+        {
+            response.metadata_mut().insert("set-cookie", cookie);
         }
-        let request = CancelFlightInfoRequest::decode(action.body)
-            .map_err(|e| Status::invalid_argument(format!("a malformed CancelFlightInfo: {e}")))?;
-        let info = request
-            .info
-            .ok_or_else(|| Status::invalid_argument("CancelFlightInfo names no FlightInfo"))?;
-        let result = CancelFlightInfoResult {
-            status: self.cancel(&info) as i32,
-        };
-        let body = arrow_flight::Result {
-            body: result.encode_to_vec().into(),
-        };
-        Ok(Response::new(
-            futures::stream::once(async { Ok(body) }).boxed(),
-        ))
+        Ok(response)
     }
 
     async fn do_action_cancel_query(
@@ -355,7 +489,7 @@ impl FlightSqlService for SquadronFlightSql {
         query: ActionClosePreparedStatementRequest,
         _request: Request<Action>,
     ) -> Result<(), Status> {
-        self.prepared.remove(&query.prepared_statement_handle)
+        self.state.prepared.remove(&query.prepared_statement_handle)
     }
 
     async fn get_flight_info_catalogs(
@@ -545,7 +679,11 @@ impl FlightSqlService for SquadronFlightSql {
     ) -> Result<Response<FlightDataStream>, Status> {
         let handle = std::str::from_utf8(&ticket.statement_handle)
             .map_err(|_| Status::invalid_argument("the statement handle is not UTF-8"))?;
-        let planned = self.statements.take(handle)?;
+        let polled = self.state.polls.with(handle, |p| p.take_stream()).flatten();
+        if let Some(stream) = polled {
+            return Ok(Response::new(stream));
+        }
+        let planned = self.state.statements.take(handle)?;
         let stream = self.coordinator.execute(handle, planned).await?;
         Ok(Response::new(stream))
     }
@@ -582,4 +720,8 @@ impl FlightSqlService for SquadronFlightSql {
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        Some(extra_action_types().into_iter().map(Ok).collect())
+    }
 }

@@ -14,6 +14,7 @@
 //! streams on every worker. A `CleanUpJob` call follows as a second line.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::try_join_all;
@@ -30,6 +31,7 @@ use tokio::task::JoinSet;
 use tonic::{Code, Status, Streaming};
 
 use super::placement::Placement;
+use super::progress::JobProgress;
 use crate::planner::{JobGraph, Stage, StageOutput};
 
 /// How long a worker may take to accept a task.
@@ -122,6 +124,7 @@ pub async fn start_job(
     placement: &Placement,
     clients: &PeerClients,
     settings: &HashMap<String, String>,
+    progress: &Arc<JobProgress>,
 ) -> Result<JobAttempt, TaskFailure> {
     let (failure_tx, failures) = mpsc::channel(graph.task_count().max(1));
     let mut job = JobAttempt {
@@ -152,7 +155,9 @@ pub async fn start_job(
     // On failure `job` is dropped here: the tasks accepted so far stop
     // with their status streams.
     for (url, stream) in try_join_all(accepts).await? {
-        job.monitors.spawn(monitor(url, stream, failure_tx.clone()));
+        let progress = Arc::clone(progress);
+        job.monitors
+            .spawn(monitor(url, stream, failure_tx.clone(), progress));
     }
     Ok(job)
 }
@@ -222,9 +227,11 @@ async fn monitor(
     url: String,
     mut stream: Streaming<TaskStatus>,
     failures: mpsc::Sender<TaskFailure>,
+    progress: Arc<JobProgress>,
 ) {
     let failure = match stream.message().await {
         Ok(Some(s)) if s.state() == TaskState::Succeeded => {
+            progress.task_finished();
             std::future::pending::<()>().await;
             return;
         }

@@ -10,6 +10,7 @@
 //! the client: after that a retry could duplicate rows, so the query fails
 //! with a clear error instead.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tonic::{Code, Status};
 
 use super::dispatch::{is_query_error, start_job, TaskFailure};
 use super::placement::Placement;
+use super::progress::JobProgress;
 use crate::cluster::{WorkerHealth, WorkerResolver};
 use crate::output::job_output::{lost_worker, stream_output, AttemptEnd, OutputSender};
 use crate::planner::JobGraph;
@@ -64,7 +66,23 @@ impl JobRunner {
     }
 
     /// Runs `graph` until it completes, fails for good, or the client goes.
-    pub async fn run(&self, job_id: &str, graph: &JobGraph, tx: &OutputSender) -> JobReport {
+    /// `session_settings` (what the client's session changed) are sent
+    /// with every task on top of the server's settings.
+    pub async fn run(
+        &self,
+        job_id: &str,
+        graph: &JobGraph,
+        session_settings: &[(String, String)],
+        progress: &Arc<JobProgress>,
+        tx: &OutputSender,
+    ) -> JobReport {
+        let settings = if session_settings.is_empty() {
+            Cow::Borrowed(&self.settings)
+        } else {
+            let mut all = self.settings.clone();
+            all.extend(session_settings.iter().cloned());
+            Cow::Owned(all)
+        };
         let mut report = JobReport {
             outcome: "failed",
             attempts: 0,
@@ -89,8 +107,9 @@ impl JobRunner {
             let placement = Placement::round_robin(graph, workers, offset);
             report.placement = Some(placement.clone());
             let used = placement.workers_used();
+            progress.start_attempt(graph.task_count());
             let started = tokio::select! {
-                started = start_job(job_id, attempt, graph, &placement, &self.clients, &self.settings) => started,
+                started = start_job(job_id, attempt, graph, &placement, &self.clients, &settings, progress) => started,
                 _ = tx.closed() => {
                     report.outcome = "cancelled: the client hung up";
                     return report;

@@ -4,8 +4,10 @@ pub mod admission;
 pub mod dispatch;
 pub mod job_runner;
 pub mod placement;
+pub mod progress;
 
 pub use admission::Admission;
 pub use dispatch::{start_job, JobAttempt, TaskFailure};
 pub use job_runner::{JobReport, JobRunner};
 pub use placement::Placement;
+pub use progress::JobProgress;

@@ -11,9 +11,10 @@ use futures::Stream;
 use squadron_worker::error::to_status;
 use tonic::Status;
 
-use super::{already_exists, catalog, create_table, exists, forget_listing, write};
+use super::{already_exists, catalog, create_table, exists, forget_listing, full_name, write};
 use crate::catalog::persisted::Entry;
 use crate::coordinator::Coordinator;
+use crate::session::Session;
 
 /// What to do with the rows, given whether the table exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +64,7 @@ fn table_name(command: &CommandStatementIngest) -> Result<TableReference, Status
 /// Writes the ingested rows; returns how many.
 pub async fn ingest<S>(
     coord: &Coordinator,
+    session: &Session,
     command: &CommandStatementIngest,
     schema: SchemaRef,
     batches: S,
@@ -73,7 +75,7 @@ where
     if command.transaction_id.is_some() {
         return Err(Status::unimplemented("transactions are not supported"));
     }
-    let name = table_name(command)?;
+    let name = full_name(session, &table_name(command)?);
     match action(command, exists(coord, &name), &name)? {
         Action::Create | Action::Replace => {
             create_table(coord, &name, command.temporary, schema, batches).await

@@ -31,6 +31,7 @@ use tonic::Status;
 use crate::catalog::persisted::{Entry, PersistedCatalog};
 use crate::catalog::{TableFormat, TableSpec};
 use crate::coordinator::Coordinator;
+use crate::session::Session;
 
 /// Whether `plan` is a statement `run_update` executes.
 pub fn is_update(plan: &LogicalPlan) -> bool {
@@ -38,47 +39,63 @@ pub fn is_update(plan: &LogicalPlan) -> bool {
 }
 
 /// Runs a DDL or DML statement; returns the rows it wrote (0 for DDL).
-pub async fn run_update(coord: &Coordinator, plan: LogicalPlan) -> Result<u64, Status> {
+/// Names resolve in `session` (its catalog and schema).
+pub async fn run_update(
+    coord: &Coordinator,
+    session: &Arc<Session>,
+    plan: LogicalPlan,
+) -> Result<u64, Status> {
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
-            if exists(coord, &create.name) {
+            let name = full_name(session, &create.name);
+            if exists(coord, &name) {
                 if create.if_not_exists {
                     return Ok(0);
                 }
                 if !create.or_replace {
-                    return Err(already_exists(&create.name));
+                    return Err(already_exists(&name));
                 }
             }
-            let input = coord.plan_logical((*create.input).clone()).await?;
+            let input = coord.plan_logical(session, (*create.input).clone()).await?;
             let schema = input.schema.clone();
             let batches = run_query(coord, input).await?;
-            create_table(coord, &create.name, create.temporary, schema, batches).await
+            create_table(coord, &name, create.temporary, schema, batches).await
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(ref create)) => {
             let (name, definition, temporary) = (
-                create.name.clone(),
+                full_name(session, &create.name),
                 create.definition.clone(),
                 create.temporary,
             );
-            define(coord, &name, definition, temporary, plan).await
+            define(coord, session, &name, definition, temporary, plan).await
         }
         LogicalPlan::Ddl(DdlStatement::CreateView(ref view)) => {
-            let (name, definition, temporary) =
-                (view.name.clone(), view.definition.clone(), view.temporary);
-            define(coord, &name, definition, temporary, plan).await
+            let (name, definition, temporary) = (
+                full_name(session, &view.name),
+                view.definition.clone(),
+                view.temporary,
+            );
+            define(coord, session, &name, definition, temporary, plan).await
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
-            drop_table(coord, &drop.name, drop.if_exists).await
+            drop_table(coord, &full_name(session, &drop.name), drop.if_exists).await
         }
         LogicalPlan::Ddl(DdlStatement::DropView(drop)) => {
-            drop_table(coord, &drop.name, drop.if_exists).await
+            drop_table(coord, &full_name(session, &drop.name), drop.if_exists).await
         }
-        LogicalPlan::Dml(dml) => insert(coord, dml).await,
+        LogicalPlan::Dml(dml) => insert(coord, session, dml).await,
         other => Err(Status::unimplemented(format!(
             "not supported yet: {}",
             other.display()
         ))),
     }
+}
+
+/// `name` with the catalog and schema it resolves to in `session`, so
+/// the shared catalog and the persisted one see one name per table.
+pub fn full_name(session: &Session, name: &TableReference) -> TableReference {
+    let resolved = name.clone().resolve(&session.catalog(), &session.schema());
+    TableReference::full(resolved.catalog, resolved.schema, resolved.table)
 }
 
 fn exists(coord: &Coordinator, name: &TableReference) -> bool {
@@ -158,6 +175,7 @@ where
 /// which is persisted to be run again at start-up.
 async fn define(
     coord: &Coordinator,
+    session: &Session,
     name: &TableReference,
     definition: Option<String>,
     temporary: bool,
@@ -168,8 +186,8 @@ async fn define(
     } else {
         Some(catalog(coord)?)
     };
-    coord
-        .session()
+    session
+        .ctx()
         .execute_logical_plan(plan)
         .await
         .map_err(|e| to_status(&e))?;
@@ -180,6 +198,7 @@ async fn define(
         catalog.put(Entry::Defined {
             name: name.to_string(),
             sql,
+            schema: Some((session.catalog(), session.schema())),
         })?;
     }
     Ok(0)
@@ -209,14 +228,19 @@ async fn drop_table(
     Ok(0)
 }
 
-async fn insert(coord: &Coordinator, dml: DmlStatement) -> Result<u64, Status> {
+async fn insert(
+    coord: &Coordinator,
+    session: &Arc<Session>,
+    dml: DmlStatement,
+) -> Result<u64, Status> {
+    let table_name = full_name(session, &dml.table_name);
     if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {
         return Err(Status::unimplemented(format!(
             "{} is not supported yet; tables take INSERT INTO",
             dml.op
         )));
     }
-    let location = match catalog(coord)?.get(&dml.table_name.to_string()) {
+    let location = match catalog(coord)?.get(&table_name.to_string()) {
         Some(Entry::Managed { location, .. }) => location,
         _ => {
             return Err(Status::failed_precondition(format!(
@@ -227,10 +251,10 @@ async fn insert(coord: &Coordinator, dml: DmlStatement) -> Result<u64, Status> {
     };
     let table = coord
         .session()
-        .table_provider(dml.table_name.clone())
+        .table_provider(table_name)
         .await
         .map_err(|e| to_status(&e))?;
-    let input = coord.plan_logical((*dml.input).clone()).await?;
+    let input = coord.plan_logical(session, (*dml.input).clone()).await?;
     let batches = run_query(coord, input).await?;
     let (_, rows) = write::write_parquet(&location, table.schema(), batches).await?;
     forget_listing(coord, table.as_ref());

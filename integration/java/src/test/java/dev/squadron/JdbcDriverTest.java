@@ -205,4 +205,29 @@ class JdbcDriverTest {
             assertEquals("TYPE_NAME", rs.getMetaData().getColumnName(1));
         }
     }
+
+    private static String show(Connection c, String key) throws SQLException {
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SHOW " + key)) {
+            assertTrue(rs.next(), "one row expected");
+            return rs.getString(2);
+        }
+    }
+
+    @Test
+    void setChangesOnlyThisConnectionsSession() throws SQLException {
+        String port = System.getProperty("squadron.port");
+        try (Connection other = DriverManager.getConnection(
+                "jdbc:arrow-flight-sql://127.0.0.1:" + port + "/?useEncryption=false")) {
+            try (Statement st = other.createStatement()) {
+                st.execute("SET datafusion.execution.batch_size = 100");
+            }
+            assertEquals("100", show(other, "datafusion.execution.batch_size"));
+            assertEquals("8192", show(conn, "datafusion.execution.batch_size"));
+            try (Statement st = other.createStatement()) {
+                SQLException refused = assertThrows(SQLException.class,
+                        () -> st.execute("SET datafusion.runtime.memory_limit = '1G'"));
+                assertTrue(refused.getMessage().contains("server setting"), refused.getMessage());
+            }
+        }
+    }
 }

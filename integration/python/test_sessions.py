@@ -1,0 +1,116 @@
+"""Client sessions: SET/SHOW, the session catalog and schema, settings that
+reach the workers, and incremental execution (PollFlightInfo). Each ADBC
+connection is its own session."""
+
+import adbc_driver_flightsql.dbapi as flightsql
+import pytest
+
+from answers import assert_same
+
+
+def connect(cluster):
+    return flightsql.connect(cluster["uri"])
+
+
+def show(conn, key):
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW {key}")
+        return cur.fetchall()[0][1]
+
+
+def test_set_changes_only_this_connection(cluster):
+    with connect(cluster) as mine, connect(cluster) as other:
+        with mine.cursor() as cur:
+            cur.execute("SET datafusion.execution.batch_size = 100")
+        assert show(mine, "datafusion.execution.batch_size") == "100"
+        assert show(other, "datafusion.execution.batch_size") == "8192"
+        with mine.cursor() as cur:
+            cur.execute("RESET datafusion.execution.batch_size")
+        assert show(mine, "datafusion.execution.batch_size") == "8192"
+
+
+def test_session_settings_reach_the_workers(cluster, oracle):
+    sql = "SELECT l_orderkey, l_linenumber FROM lineitem"
+    with connect(cluster) as mine, connect(cluster) as other:
+        with mine.cursor() as cur:
+            cur.execute("SET datafusion.execution.batch_size = 100")
+        sizes = {}
+        for name, conn in [("mine", mine), ("other", other)]:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                batches = list(cur.fetch_record_batch())
+            sizes[name] = max(b.num_rows for b in batches)
+            assert sum(b.num_rows for b in batches) == oracle.sql(sql).count()
+        # Batches are cut on the workers, by the session's batch size.
+        assert sizes["mine"] <= 100 < sizes["other"], sizes
+
+
+def test_server_settings_are_refused(cluster):
+    with connect(cluster) as conn, conn.cursor() as cur:
+        for statement in [
+            "SET datafusion.runtime.memory_limit = '1G'",
+            "SET datafusion.execution.target_partitions = 1000",
+        ]:
+            with pytest.raises(flightsql.Error) as err:
+                cur.execute(statement)
+            assert "server setting" in str(err.value), str(err.value)
+        with pytest.raises(flightsql.Error) as err:
+            cur.execute("SET datafusion.execution.no_such_thing = 1")
+        assert "no such setting" in str(err.value), str(err.value)
+        cur.execute("SELECT 1 AS one")
+        assert cur.fetchall() == [(1,)]
+
+
+def test_catalog_and_schema_switch_per_connection(cluster):
+    with connect(cluster) as mine, connect(cluster) as other:
+        assert mine.adbc_current_catalog == "datafusion"
+        assert mine.adbc_current_db_schema == "public"
+        mine.adbc_current_db_schema = "information_schema"
+        assert mine.adbc_current_db_schema == "information_schema"
+        with mine.cursor() as cur:
+            cur.execute("SELECT count(*) FROM df_settings WHERE name = 'datafusion.execution.batch_size'")
+            assert cur.fetchall() == [(1,)]
+        with other.cursor() as cur:
+            with pytest.raises(flightsql.Error) as err:
+                cur.execute("SELECT count(*) FROM df_settings")
+            assert "NOT_FOUND" in str(err.value), str(err.value)
+            cur.execute("SELECT count(*) FROM nation")
+            assert cur.fetchall() == [(25,)]
+        with pytest.raises(flightsql.Error):
+            mine.adbc_current_db_schema = "no_such_schema"
+        with pytest.raises(flightsql.Error):
+            mine.adbc_current_catalog = "no_such_catalog"
+        assert mine.adbc_current_db_schema == "information_schema"
+        mine.adbc_current_db_schema = "public"
+        with mine.cursor() as cur:
+            cur.execute("SELECT count(*) FROM nation")
+            assert cur.fetchall() == [(25,)]
+
+
+def test_incremental_execution_polls_then_reads(cluster, oracle):
+    sql = (
+        "SELECT l_returnflag, l_linestatus, count(*) AS n, sum(l_quantity) AS q "
+        "FROM lineitem GROUP BY l_returnflag, l_linestatus ORDER BY 1, 2"
+    )
+    with connect(cluster) as conn, conn.cursor() as cur:
+        cur.adbc_statement.set_options(**{"adbc.statement.exec.incremental": "true"})
+        partitions, schema = cur.adbc_execute_partitions(sql)
+        assert schema.names == ["l_returnflag", "l_linestatus", "n", "q"]
+        all_partitions = list(partitions)
+        # Poll until the driver reports no more partitions.
+        for _ in range(1000):
+            partitions, _ = cur.adbc_execute_partitions(sql)
+            if not partitions:
+                break
+            all_partitions += partitions
+        assert len(all_partitions) == 1
+        with conn.cursor() as reader:
+            reader.adbc_read_partition(all_partitions[0])
+            got = reader.fetch_arrow_table()
+    assert_same(got, oracle.sql(sql).to_arrow_table(), ordered=True)
+
+
+def test_execute_schema_of_a_statement(cluster):
+    with connect(cluster) as conn, conn.cursor() as cur:
+        schema = cur.adbc_execute_schema("SELECT n_name, n_nationkey * 2 AS k FROM nation")
+        assert schema.names == ["n_name", "k"]

@@ -1,0 +1,127 @@
+//! The Flight service clients reach: arrow-rs's Flight SQL dispatch, plus
+//! the two Flight RPCs it does not route to a Flight SQL service
+//! (`GetSchema`, `PollFlightInfo`), answered by `poll`.
+
+use std::sync::Arc;
+
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, PollInfo, SchemaResult, Ticket,
+};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::service::SquadronFlightSql;
+
+type Sql = SquadronFlightSql;
+
+/// Wraps the Flight SQL service; every RPC but two goes straight to it.
+pub struct SquadronFlight {
+    sql: Arc<Sql>,
+}
+
+impl SquadronFlight {
+    pub fn new(sql: Arc<Sql>) -> Self {
+        Self { sql }
+    }
+}
+
+#[tonic::async_trait]
+impl FlightService for SquadronFlight {
+    type HandshakeStream = <Sql as FlightService>::HandshakeStream;
+    type ListFlightsStream = <Sql as FlightService>::ListFlightsStream;
+    type DoGetStream = <Sql as FlightService>::DoGetStream;
+    type DoPutStream = <Sql as FlightService>::DoPutStream;
+    type DoActionStream = <Sql as FlightService>::DoActionStream;
+    type ListActionsStream = <Sql as FlightService>::ListActionsStream;
+    type DoExchangeStream = <Sql as FlightService>::DoExchangeStream;
+
+    async fn handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        FlightService::handshake(&*self.sql, request).await
+    }
+
+    async fn list_flights(
+        &self,
+        request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        FlightService::list_flights(&*self.sql, request).await
+    }
+
+    async fn get_flight_info(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        FlightService::get_flight_info(&*self.sql, request).await
+    }
+
+    async fn poll_flight_info(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        self.sql.poll(request).await.map(Response::new)
+    }
+
+    async fn get_schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        self.sql.schema_of(request).await.map(Response::new)
+    }
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        FlightService::do_get(&*self.sql, request).await
+    }
+
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        FlightService::do_put(&*self.sql, request).await
+    }
+
+    async fn do_exchange(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        FlightService::do_exchange(&*self.sql, request).await
+    }
+
+    async fn do_action(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        FlightService::do_action(&*self.sql, request).await
+    }
+
+    async fn list_actions(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        FlightService::list_actions(&*self.sql, request).await
+    }
+}
+
+/// The action types a client may list, beyond Flight SQL's own.
+pub fn extra_action_types() -> Vec<ActionType> {
+    [
+        ("CancelFlightInfo", "Cancel a query by its FlightInfo"),
+        (
+            "SetSessionOptions",
+            "Set session options (catalog, schema, settings)",
+        ),
+        ("GetSessionOptions", "Get the session's options"),
+        ("CloseSession", "End the session"),
+    ]
+    .into_iter()
+    .map(|(r#type, description)| ActionType {
+        r#type: r#type.into(),
+        description: description.into(),
+    })
+    .collect()
+}

@@ -1,0 +1,184 @@
+//! The Flight session actions: `SetSessionOptions`, `GetSessionOptions`,
+//! `CloseSession`.
+//!
+//! arrow-flight generates no types for them, so the messages of
+//! `Flight.proto` are declared here with prost. Their action bodies and
+//! results are the bare messages (not `Any`-wrapped like Flight SQL's).
+//!
+//! Options: `catalog` and `schema` (where unqualified names resolve), and
+//! any DataFusion setting a client may change (`SET`), by its full key.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+
+use super::sessions::{Caller, Sessions};
+use crate::session::Session;
+
+pub const SET_SESSION_OPTIONS: &str = "SetSessionOptions";
+pub const GET_SESSION_OPTIONS: &str = "GetSessionOptions";
+pub const CLOSE_SESSION: &str = "CloseSession";
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SessionOptionValue {
+    #[prost(oneof = "OptionValue", tags = "1, 2, 3, 4, 5")]
+    pub option_value: Option<OptionValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StringListValue {
+    #[prost(string, repeated, tag = "1")]
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum OptionValue {
+    #[prost(string, tag = "1")]
+    StringValue(String),
+    #[prost(bool, tag = "2")]
+    BoolValue(bool),
+    #[prost(sfixed64, tag = "3")]
+    Int64Value(i64),
+    #[prost(double, tag = "4")]
+    DoubleValue(f64),
+    #[prost(message, tag = "5")]
+    StringListValue(StringListValue),
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SetSessionOptionsRequest {
+    #[prost(map = "string, message", tag = "1")]
+    pub session_options: HashMap<String, SessionOptionValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SetSessionOptionsResult {
+    #[prost(map = "string, message", tag = "1")]
+    pub errors: HashMap<String, SetSessionOptionError>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SetSessionOptionError {
+    #[prost(enumeration = "SetSessionOptionErrorValue", tag = "1")]
+    pub value: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum SetSessionOptionErrorValue {
+    Unspecified = 0,
+    InvalidName = 1,
+    InvalidValue = 2,
+    Error = 3,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetSessionOptionsResult {
+    #[prost(map = "string, message", tag = "1")]
+    pub session_options: HashMap<String, SessionOptionValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CloseSessionResult {
+    #[prost(enumeration = "CloseSessionStatus", tag = "1")]
+    pub status: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum CloseSessionStatus {
+    Unspecified = 0,
+    Closed = 1,
+    Closing = 2,
+    NotCloseable = 3,
+}
+
+const CATALOG: &str = "catalog";
+const SCHEMA: &str = "schema";
+
+/// Applies the options of `request` to the caller's session (opened if
+/// it has none); an option that cannot be set is reported by name and
+/// changes nothing. Returns the result and the session's id.
+pub fn set_options(
+    sessions: &Sessions,
+    caller: &Caller,
+    request: SetSessionOptionsRequest,
+) -> Result<(SetSessionOptionsResult, String), Status> {
+    let (session, id) = sessions.open(caller)?;
+    let mut errors = HashMap::new();
+    // Catalog before schema: the schema is looked up in the new catalog.
+    let mut options: Vec<_> = request.session_options.into_iter().collect();
+    options.sort_by_key(|(name, _)| (name != CATALOG, name.clone()));
+    for (name, value) in options {
+        if let Err(status) = set_option(&session, &name, value.option_value) {
+            tracing::debug!(name, "session option refused: {}", status.message());
+            let value = match status.code() {
+                Code::PermissionDenied | Code::NotFound => SetSessionOptionErrorValue::InvalidName,
+                Code::InvalidArgument if status.message().contains("no such") => {
+                    SetSessionOptionErrorValue::InvalidName
+                }
+                Code::InvalidArgument => SetSessionOptionErrorValue::InvalidValue,
+                _ => SetSessionOptionErrorValue::Error,
+            };
+            errors.insert(
+                name,
+                SetSessionOptionError {
+                    value: value as i32,
+                },
+            );
+        }
+    }
+    Ok((SetSessionOptionsResult { errors }, id))
+}
+
+fn set_option(session: &Session, name: &str, value: Option<OptionValue>) -> Result<(), Status> {
+    let key = match name {
+        CATALOG => "datafusion.catalog.default_catalog",
+        SCHEMA => "datafusion.catalog.default_schema",
+        other => other,
+    };
+    let text = match value {
+        // An unset value removes the option: back to the server's.
+        None => return session.reset(key),
+        Some(OptionValue::StringValue(s)) => s,
+        Some(OptionValue::BoolValue(b)) => b.to_string(),
+        Some(OptionValue::Int64Value(i)) => i.to_string(),
+        Some(OptionValue::DoubleValue(d)) => d.to_string(),
+        Some(OptionValue::StringListValue(_)) => {
+            return Err(Status::invalid_argument(format!(
+                "{name} takes one value, not a list"
+            )))
+        }
+    };
+    if name == CATALOG {
+        session.set_catalog(&text)
+    } else {
+        session.set(key, &text)
+    }
+}
+
+/// The caller's catalog and schema, and the settings it changed.
+pub fn get_options(sessions: &Sessions, caller: &Caller) -> GetSessionOptionsResult {
+    let session = sessions.current(caller);
+    let string = |s: String| SessionOptionValue {
+        option_value: Some(OptionValue::StringValue(s)),
+    };
+    let mut options: HashMap<String, SessionOptionValue> = session
+        .changed_settings()
+        .into_iter()
+        .map(|(k, v)| (k, string(v)))
+        .collect();
+    options.insert(CATALOG.into(), string(session.catalog()));
+    options.insert(SCHEMA.into(), string(session.schema()));
+    GetSessionOptionsResult {
+        session_options: options,
+    }
+}
+
+/// Ends the caller's session (it falls back to the server's defaults).
+pub fn close(sessions: &Sessions, caller: &Caller) -> CloseSessionResult {
+    sessions.close(caller);
+    CloseSessionResult {
+        status: CloseSessionStatus::Closed as i32,
+    }
+}

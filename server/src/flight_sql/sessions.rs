@@ -1,0 +1,207 @@
+//! Which client session a request belongs to.
+//!
+//! A client gets a session of its own the first time it changes
+//! something (SetSessionOptions, `SET`); until then it uses the server's
+//! shared session, so clients that change nothing cost nothing.
+//!
+//! Flight SQL identifies sessions by the `arrow_flight_session_id`
+//! cookie, which the JDBC driver sends back; the ADBC driver sends no
+//! cookies unless asked to, so a session is also found by the client's
+//! connection (its address), which an ADBC connection keeps. Both maps are
+//! bounded and forget sessions idle for the TTL.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Status};
+
+use super::handles::HandleMap;
+use crate::session::Session;
+
+pub const SESSION_COOKIE: &str = "arrow_flight_session_id";
+pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(30 * 60);
+pub const DEFAULT_CAPACITY: usize = 4096;
+
+/// Who sends a request: its session cookie and its connection.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    cookie: Option<String>,
+    peer: Option<SocketAddr>,
+}
+
+impl Caller {
+    pub fn of<T>(request: &Request<T>) -> Self {
+        Self {
+            cookie: session_cookie(request.metadata()),
+            peer: request.remote_addr(),
+        }
+    }
+}
+
+fn session_cookie(metadata: &MetadataMap) -> Option<String> {
+    metadata
+        .get_all("cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|header| header.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.trim().to_string())
+}
+
+pub struct Sessions {
+    shared: Arc<Session>,
+    by_id: HandleMap<Arc<Session>>,
+    /// Connection → session id.
+    by_peer: HandleMap<String>,
+}
+
+impl Sessions {
+    pub fn new(shared: Arc<Session>, ttl: Duration, capacity: usize) -> Self {
+        Self {
+            shared,
+            by_id: HandleMap::new("client sessions", ttl, capacity),
+            by_peer: HandleMap::new("client sessions", ttl, capacity),
+        }
+    }
+
+    /// The caller's session id, if it has a live session.
+    fn id_of(&self, caller: &Caller) -> Option<String> {
+        let by_cookie = caller
+            .cookie
+            .as_ref()
+            .filter(|id| self.by_id.with(id, |_| ()).is_some())
+            .cloned();
+        let by_peer = || {
+            let peer = caller.peer?.to_string();
+            self.by_peer.get(&peer)
+        };
+        by_cookie.or_else(by_peer)
+    }
+
+    /// The caller's session, or the shared one when it has none.
+    pub fn current(&self, caller: &Caller) -> Arc<Session> {
+        self.id_of(caller)
+            .and_then(|id| self.by_id.get(&id))
+            .unwrap_or_else(|| Arc::clone(&self.shared))
+    }
+
+    /// The caller's own session, made now if it has none; with its id (the
+    /// cookie value).
+    pub fn open(&self, caller: &Caller) -> Result<(Arc<Session>, String), Status> {
+        if let Some(id) = self.id_of(caller) {
+            if let Some(session) = self.by_id.get(&id) {
+                return Ok((session, id));
+            }
+        }
+        let session = Arc::new(Session::derived_from(self.shared.ctx()));
+        let id = self.by_id.insert(Arc::clone(&session))?;
+        if let Some(peer) = caller.peer {
+            if let Err(e) = self.by_peer.insert_at(peer.to_string(), id.clone()) {
+                self.by_id.remove(&id);
+                return Err(e);
+            }
+        }
+        Ok((session, id))
+    }
+
+    /// Ends the caller's session; false when it had none.
+    pub fn close(&self, caller: &Caller) -> bool {
+        let Some(id) = self.id_of(caller) else {
+            return false;
+        };
+        if let Some(peer) = caller.peer {
+            self.by_peer.remove(&peer.to_string());
+        }
+        self.by_id.remove(&id)
+    }
+
+    /// Forgets sessions idle for the TTL.
+    pub fn expire(&self) -> usize {
+        self.by_peer.expire();
+        self.by_id.expire()
+    }
+
+    /// Client sessions open now.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    fn caller(cookie: Option<&str>, port: u16) -> Caller {
+        Caller {
+            cookie: cookie.map(str::to_string),
+            peer: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        }
+    }
+
+    fn sessions(ttl: Duration, capacity: usize) -> Sessions {
+        Sessions::new(
+            Arc::new(Session::shared(SessionContext::new())),
+            ttl,
+            capacity,
+        )
+    }
+
+    #[test]
+    fn the_cookie_is_read_among_others() {
+        let mut metadata = MetadataMap::new();
+        metadata.insert(
+            "cookie",
+            "a=1; arrow_flight_session_id=abc ;b=2".parse().unwrap(),
+        );
+        assert_eq!(session_cookie(&metadata).as_deref(), Some("abc"));
+        assert_eq!(session_cookie(&MetadataMap::new()), None);
+    }
+
+    #[test]
+    fn a_session_is_found_by_cookie_or_by_connection() {
+        let sessions = sessions(DEFAULT_IDLE_TTL, 8);
+        let alice = caller(None, 1000);
+        assert!(Arc::ptr_eq(&sessions.current(&alice), &sessions.shared));
+        let (session, id) = sessions.open(&alice).unwrap();
+        assert!(Arc::ptr_eq(&sessions.current(&alice), &session));
+        // The same client on another connection, with the cookie.
+        assert!(Arc::ptr_eq(
+            &sessions.current(&caller(Some(&id), 2000)),
+            &session
+        ));
+        // Another client, or a forged cookie, does not get it.
+        assert!(Arc::ptr_eq(
+            &sessions.current(&caller(None, 3000)),
+            &sessions.shared
+        ));
+        assert!(Arc::ptr_eq(
+            &sessions.current(&caller(Some("forged"), 3000)),
+            &sessions.shared
+        ));
+        assert!(sessions.close(&alice));
+        assert!(Arc::ptr_eq(&sessions.current(&alice), &sessions.shared));
+        assert!(!sessions.close(&alice));
+    }
+
+    #[test]
+    fn abandoned_sessions_are_reclaimed_and_bounded() {
+        let sessions = sessions(Duration::from_millis(30), 16);
+        for port in 0..16 {
+            sessions.open(&caller(None, port)).unwrap();
+        }
+        let refused = sessions.open(&caller(None, 99)).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(sessions.expire(), 16);
+        assert!(sessions.is_empty());
+        sessions.open(&caller(None, 99)).unwrap();
+    }
+}

@@ -1,0 +1,328 @@
+//! A client's session: the catalog and schema its table names resolve in,
+//! and the DataFusion settings it changed with `SET` or
+//! SetSessionOptions.
+//!
+//! Every session shares the server's catalogs (a table one client creates
+//! is visible to all); only name resolution and settings are per client.
+//! The settings a session changed travel with each of its tasks, so the
+//! workers execute with them too.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use datafusion::config::ConfigOptions;
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{LogicalPlan, Statement};
+use tonic::Status;
+
+/// Settings a client may change for itself. The rest shape the server
+/// process (memory, spill directories, the catalog's storage) or the
+/// cluster (tasks per stage: `--partitions`), and are the operator's.
+const CLIENT_SETTINGS: &[&str] = &[
+    "datafusion.execution.",
+    "datafusion.optimizer.",
+    "datafusion.sql_parser.",
+    "datafusion.explain.",
+    "datafusion.format.",
+    "datafusion.catalog.default_catalog",
+    "datafusion.catalog.default_schema",
+];
+
+/// Within those, settings that are still the operator's.
+const OPERATOR_SETTINGS: &[&str] = &[
+    "datafusion.execution.target_partitions",
+    "datafusion.execution.planning_concurrency",
+];
+
+const DEFAULT_CATALOG: &str = "datafusion.catalog.default_catalog";
+const DEFAULT_SCHEMA: &str = "datafusion.catalog.default_schema";
+
+pub struct Session {
+    ctx: SessionContext,
+    /// The settings this session changed, by key.
+    changed: Mutex<BTreeMap<String, String>>,
+    /// The settings it started with, for RESET.
+    initial: ConfigOptions,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("changed", &self.changed_settings())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// The session of clients that changed nothing: the server's own.
+    pub fn shared(ctx: SessionContext) -> Self {
+        let initial = ctx.state().config_options().as_ref().clone();
+        Self {
+            ctx,
+            changed: Mutex::new(BTreeMap::new()),
+            initial,
+        }
+    }
+
+    /// A new session starting from `base`'s settings, over its catalogs.
+    pub fn derived_from(base: &SessionContext) -> Self {
+        let state = SessionStateBuilder::new_from_existing(base.state()).build();
+        Self::shared(SessionContext::new_with_state(state))
+    }
+
+    pub fn ctx(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    pub fn task_ctx(&self) -> Arc<TaskContext> {
+        self.ctx.task_ctx()
+    }
+
+    /// The settings this session changed, for its tasks.
+    pub fn changed_settings(&self) -> Vec<(String, String)> {
+        let changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
+        changed
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The value of one setting in this session.
+    pub fn setting(&self, key: &str) -> Option<String> {
+        self.ctx
+            .state()
+            .config_options()
+            .entries()
+            .into_iter()
+            .find(|entry| entry.key == key)
+            .and_then(|entry| entry.value)
+    }
+
+    pub fn catalog(&self) -> String {
+        self.ctx
+            .state()
+            .config_options()
+            .catalog
+            .default_catalog
+            .clone()
+    }
+
+    pub fn schema(&self) -> String {
+        self.ctx
+            .state()
+            .config_options()
+            .catalog
+            .default_schema
+            .clone()
+    }
+
+    /// Changes one setting (`SET key = value`): refused with
+    /// PERMISSION_DENIED for the operator's settings, INVALID_ARGUMENT for
+    /// unknown keys, bad values, and catalogs or schemas that do not exist.
+    pub fn set(&self, key: &str, value: &str) -> Result<(), Status> {
+        let key = key.trim().to_ascii_lowercase();
+        check_client_may_set(&key)?;
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        // Tried on a copy first, so a bad value changes nothing.
+        let mut options = state.config_options().as_ref().clone();
+        if !options.entries().iter().any(|entry| entry.key == key) {
+            return Err(Status::invalid_argument(format!(
+                "SET {key}: no such setting"
+            )));
+        }
+        options
+            .set(&key, value)
+            .map_err(|e| Status::invalid_argument(format!("SET {key}: {e}")))?;
+        let catalog = options.catalog.default_catalog.clone();
+        let schema = options.catalog.default_schema.clone();
+        if key == DEFAULT_CATALOG || key == DEFAULT_SCHEMA {
+            let Some(found) = state.catalog_list().catalog(&catalog) else {
+                return Err(Status::invalid_argument(format!(
+                    "there is no catalog {catalog:?}"
+                )));
+            };
+            let information_schema =
+                options.catalog.information_schema && schema == "information_schema";
+            if found.schema(&schema).is_none() && !information_schema {
+                return Err(Status::invalid_argument(format!(
+                    "catalog {catalog:?} has no schema {schema:?}"
+                )));
+            }
+        }
+        *state.config_mut().options_mut() = options;
+        let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
+        changed.insert(key, value.to_string());
+        Ok(())
+    }
+
+    /// Puts one setting back to the value the session started with
+    /// (`RESET key`).
+    pub fn reset(&self, key: &str) -> Result<(), Status> {
+        let key = key.trim().to_ascii_lowercase();
+        check_client_may_set(&key)?;
+        if !self.initial.entries().iter().any(|entry| entry.key == key) {
+            return Err(Status::invalid_argument(format!(
+                "RESET {key}: no such setting"
+            )));
+        }
+        let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
+        changed.remove(&key);
+        // The initial settings with the other changes made again: exact
+        // even for settings whose default is "unset".
+        let mut options = self.initial.clone();
+        for (k, v) in changed.iter() {
+            options
+                .set(k, v)
+                .map_err(|e| Status::internal(format!("re-applying {k}: {e}")))?;
+        }
+        let state = self.ctx.state_ref();
+        *state.write().config_mut().options_mut() = options;
+        Ok(())
+    }
+
+    /// Applies a `SET` or `RESET` statement (see `changes_session`).
+    pub fn apply_statement(&self, plan: &LogicalPlan) -> Result<(), Status> {
+        match plan {
+            LogicalPlan::Statement(Statement::SetVariable(set)) => {
+                self.set(&set.variable, &set.value)
+            }
+            LogicalPlan::Statement(Statement::ResetVariable(reset)) => self.reset(&reset.variable),
+            other => Err(Status::internal(format!(
+                "not a session statement: {}",
+                other.display()
+            ))),
+        }
+    }
+
+    /// Makes `catalog` the one unqualified names resolve in; its schema
+    /// becomes the catalog's only schema, or else stays as it was.
+    pub fn set_catalog(&self, catalog: &str) -> Result<(), Status> {
+        let schema = self.schema();
+        let schemas = self
+            .ctx
+            .catalog(catalog)
+            .map(|c| c.schema_names())
+            .unwrap_or_default();
+        if !schemas.contains(&schema) && schemas.len() == 1 {
+            self.set(DEFAULT_SCHEMA, &schemas[0])?;
+        }
+        self.set(DEFAULT_CATALOG, catalog)
+    }
+}
+
+/// Whether `plan` changes the client's session (`SET`, `RESET`) rather
+/// than reading or writing data.
+pub fn changes_session(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_))
+    )
+}
+
+fn check_client_may_set(key: &str) -> Result<(), Status> {
+    let allowed =
+        CLIENT_SETTINGS.iter().any(|p| key.starts_with(p)) && !OPERATOR_SETTINGS.contains(&key);
+    if allowed {
+        Ok(())
+    } else {
+        Err(Status::permission_denied(format!(
+            "{key} is a server setting a client cannot change; clients may change \
+             datafusion.execution.*, datafusion.optimizer.*, datafusion.sql_parser.*, \
+             datafusion.explain.*, datafusion.format.* (except target_partitions and \
+             planning_concurrency) and the default catalog and schema"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    async fn base() -> SessionContext {
+        let ctx = SessionContext::new_with_config(
+            datafusion::prelude::SessionConfig::new().with_information_schema(true),
+        );
+        ctx.sql("CREATE SCHEMA other").await.unwrap();
+        ctx
+    }
+
+    #[tokio::test]
+    async fn a_session_changes_only_itself() {
+        let base = base().await;
+        let session = Session::derived_from(&base);
+        session
+            .set("datafusion.execution.batch_size", "1000")
+            .unwrap();
+        session.set(DEFAULT_SCHEMA, "other").unwrap();
+        assert_eq!(
+            session
+                .setting("datafusion.execution.batch_size")
+                .as_deref(),
+            Some("1000")
+        );
+        assert_eq!(base.copied_config().batch_size(), 8192);
+        assert_eq!(session.schema(), "other");
+        assert_eq!(
+            session.changed_settings(),
+            vec![
+                (
+                    "datafusion.catalog.default_schema".to_string(),
+                    "other".to_string()
+                ),
+                (
+                    "datafusion.execution.batch_size".to_string(),
+                    "1000".to_string()
+                ),
+            ]
+        );
+        // Tables created through either are seen by both: one catalog.
+        base.sql("CREATE TABLE other.t AS VALUES (1)")
+            .await
+            .unwrap();
+        let rows = session
+            .ctx()
+            .sql("SELECT * FROM t")
+            .await
+            .unwrap()
+            .count()
+            .await;
+        assert_eq!(rows.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn bad_settings_are_refused_and_change_nothing() {
+        let session = Session::derived_from(&base().await);
+        let code = |r: Result<(), Status>| r.unwrap_err().code();
+        assert_eq!(
+            code(session.set("datafusion.runtime.memory_limit", "1G")),
+            Code::PermissionDenied
+        );
+        assert_eq!(
+            code(session.set("datafusion.execution.target_partitions", "999")),
+            Code::PermissionDenied
+        );
+        assert_eq!(
+            code(session.set("datafusion.catalog.location", "/etc")),
+            Code::PermissionDenied
+        );
+        assert_eq!(
+            code(session.set("datafusion.execution.no_such", "1")),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            code(session.set("datafusion.execution.batch_size", "many")),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            code(session.set(DEFAULT_SCHEMA, "missing")),
+            Code::InvalidArgument
+        );
+        assert_eq!(code(session.set_catalog("missing")), Code::InvalidArgument);
+        assert_eq!(session.schema(), "public");
+        assert!(session.changed_settings().is_empty());
+    }
+}
