@@ -1,5 +1,5 @@
 """Client sessions: SET/SHOW, the session catalog and schema, settings that
-reach the workers, and incremental execution (PollFlightInfo). Each ADBC
+reach the workers, incremental execution (PollFlightInfo) and cancel. Each ADBC
 connection is its own session."""
 
 import adbc_driver_flightsql.dbapi as flightsql
@@ -114,3 +114,23 @@ def test_execute_schema_of_a_statement(cluster):
     with connect(cluster) as conn, conn.cursor() as cur:
         schema = cur.adbc_execute_schema("SELECT n_name, n_nationkey * 2 AS k FROM nation")
         assert schema.names == ["n_name", "k"]
+
+
+def test_adbc_cancel_stops_a_long_query(cluster):
+    import threading
+    import time
+
+    sql = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 3"
+    with connect(cluster) as conn, conn.cursor() as cur:
+        timer = threading.Timer(1.0, cur.adbc_cancel)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(flightsql.Error) as err:
+            cur.execute(sql)
+            cur.fetchall()
+        timer.join()
+        assert time.monotonic() - started < 30
+        assert "cancel" in str(err.value).lower(), str(err.value)
+    with connect(cluster) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM region")
+        assert cur.fetchall() == [(5,)]
