@@ -16,9 +16,13 @@ SCALE = "0.01"
 class Process:
     """A child process whose first stdout line ends with its URL."""
 
-    def __init__(self, args):
+    def __init__(self, args, stderr=None, env=None):
+        """`stderr`: a path to write the process's log to (else dropped);
+        `env`: extra environment variables."""
+        log = open(stderr, "w") if stderr else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            args, stdout=subprocess.PIPE, stderr=log, text=True,
+            env={**os.environ, **(env or {})},
         )
         line = self.proc.stdout.readline()
         if not line:
@@ -34,7 +38,7 @@ class Process:
 def cluster(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("data")
     workers = [
-        Process([str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0"])
+        Process([str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0", "--insecure"])
         for _ in range(2)
     ]
     server = Process(

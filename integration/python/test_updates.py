@@ -127,6 +127,7 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             "--listen", "127.0.0.1:0",
             "--local-workers", "1",
             "--data-dir", str(tmp_path),
+            "--insecure",
         ])
 
     server = start()

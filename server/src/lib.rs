@@ -21,6 +21,7 @@ pub mod output;
 pub mod planner;
 pub mod process_stats;
 pub mod scheduler;
+pub mod security;
 mod server;
 pub mod session;
 pub mod updates;

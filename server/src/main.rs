@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use squadron_server::catalog::{tpch, TableSpec};
+use squadron_server::security::SecurityArgs;
 use squadron_server::{start, JobLimits, ServerOptions};
 use squadron_worker::shutdown::parse_bytes;
 
@@ -21,6 +22,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser, Debug)]
 #[command(name = "squadron-server", version)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+
+    #[command(flatten)]
+    security: SecurityArgs,
+
     /// Address the Flight SQL service listens on.
     #[arg(long, default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
@@ -96,6 +103,71 @@ struct Args {
     shutdown_grace: u64,
 }
 
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Certificates for development and tests.
+    Certs {
+        #[command(subcommand)]
+        action: CertsAction,
+    },
+    /// The users file of --users.
+    Users {
+        #[command(subcommand)]
+        action: UsersAction,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum UsersAction {
+    /// Adds a user: reads the password from the first line of stdin and
+    /// appends its argon2id hash to the file (created if missing).
+    Add {
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum CertsAction {
+    /// Writes a development CA and certificates signed by it: `server`
+    /// (the Flight SQL port), `coordinator` and `worker` (cluster
+    /// identities), `client` (a client certificate). Not for production.
+    Generate {
+        /// Directory to write into.
+        #[arg(long)]
+        out: PathBuf,
+        /// Names and addresses clients reach the server by.
+        #[arg(long, value_delimiter = ',', default_value = "localhost,127.0.0.1")]
+        hosts: Vec<String>,
+    },
+}
+
+impl Command {
+    fn run(self) -> anyhow::Result<()> {
+        match self {
+            Command::Certs {
+                action: CertsAction::Generate { out, hosts },
+            } => {
+                squadron_worker::tls::generate::generate(&out, &hosts)?;
+                println!("certificates written to {}", out.display());
+                Ok(())
+            }
+            Command::Users {
+                action: UsersAction::Add { file, name },
+            } => {
+                let mut password = String::new();
+                std::io::stdin().read_line(&mut password)?;
+                let password = password.trim_end_matches(['\r', '\n']);
+                squadron_server::security::users::add_user(&file, &name, password)?;
+                println!("user {name} added to {}", file.display());
+                Ok(())
+            }
+        }
+    }
+}
+
 fn parse_setting(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -114,6 +186,10 @@ fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
 async fn main() -> anyhow::Result<()> {
     squadron_worker::logging::init();
     let args = Args::parse();
+    if let Some(command) = args.command {
+        return command.run();
+    }
+    let security = args.security.security(args.demo)?;
     let mut tables = args.tables;
     if args.demo {
         if args.demo_scale.is_nan() || args.demo_scale <= 0.0 {
@@ -146,6 +222,9 @@ async fn main() -> anyhow::Result<()> {
         worker_memory_limit: args.worker_memory_limit,
         health_interval: seconds(args.health_interval, "--health-interval")?,
         data_dir: Some(args.data_dir),
+        tls: security.tls,
+        cluster_tls: security.cluster_tls,
+        auth: security.auth,
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));

@@ -10,7 +10,10 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_worker::client::{
     PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
 };
-use squadron_worker::server::incoming;
+use squadron_worker::tls::client::ClusterClientTls;
+use squadron_worker::tls::conn::incoming;
+use squadron_worker::tls::server_config::{server_config, ReloadingCert};
+use squadron_worker::tls::ClusterTlsFiles;
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -24,6 +27,9 @@ use crate::cluster::{normalize_url, StaticResolver, WorkerHealth, WorkerResolver
 use crate::coordinator::JobLimits;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::scheduler::JobRunner;
+use crate::security::auth::Authenticator;
+use crate::security::layer::AuthLayer;
+use crate::security::ClientTlsFiles;
 use crate::Coordinator;
 
 /// How to start a coordinator.
@@ -48,6 +54,13 @@ pub struct ServerOptions {
     /// Where created tables and the persisted catalog live; without it,
     /// DDL that creates tables is refused.
     pub data_dir: Option<PathBuf>,
+    /// Client-facing TLS; plaintext when `None`.
+    pub tls: Option<ClientTlsFiles>,
+    /// Mutual TLS with the workers (embedded workers use the same
+    /// identity); plaintext when `None`.
+    pub cluster_tls: Option<ClusterTlsFiles>,
+    /// Who may call; anyone when `None` (insecure mode).
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 impl Default for ServerOptions {
@@ -63,6 +76,9 @@ impl Default for ServerOptions {
             worker_memory_limit: None,
             health_interval: Duration::from_secs(2),
             data_dir: None,
+            tls: None,
+            cluster_tls: None,
+            auth: None,
         }
     }
 }
@@ -76,12 +92,19 @@ pub struct RunningServer {
     shutdown: Option<oneshot::Sender<()>>,
     handle: JoinHandle<Result<(), tonic::transport::Error>>,
     _prober: AbortOnDropHandle<()>,
+    /// The client-facing certificate, kept alive for its reload watcher.
+    _cert: Option<Arc<ReloadingCert>>,
 }
 
 impl RunningServer {
     /// The Flight SQL URI clients connect to.
     pub fn uri(&self) -> String {
-        format!("grpc://{}", self.addr)
+        let scheme = if self._cert.is_some() {
+            "grpc+tls"
+        } else {
+            "grpc"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully: no new
@@ -183,6 +206,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             let worker_options = WorkerOptions {
                 memory_limit: options.worker_memory_limit,
                 failpoint: None,
+                cluster_tls: options.cluster_tls.clone(),
             };
             let (url, worker) =
                 squadron_worker::spawn_worker("127.0.0.1:0".parse()?, worker_options).await?;
@@ -212,7 +236,11 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .map_err(|e| anyhow::anyhow!("table {}: {e}", table.name))?;
     }
     let resolver: Arc<dyn WorkerResolver> = Arc::new(StaticResolver::new(workers.clone()));
-    let clients = PeerClients::default();
+    let cluster_client = match &options.cluster_tls {
+        Some(files) => Some(ClusterClientTls::load(files)?),
+        None => None,
+    };
+    let clients = PeerClients::new(cluster_client);
     let health = WorkerHealth::new(clients.clone());
     let prober = health.spawn_prober(Arc::clone(&resolver), options.health_interval);
     let runner = JobRunner::new(
@@ -228,10 +256,20 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     }
     crate::updates::restore(&coordinator).await?;
     let coordinator = Arc::new(coordinator);
+    let (tls, cert) = match &options.tls {
+        Some(files) => {
+            let cert = ReloadingCert::load(&files.cert, &files.key)?;
+            cert.watch();
+            let config = server_config(Arc::clone(&cert), files.client_ca.as_deref())?;
+            (Some(config), Some(cert))
+        }
+        None => (None, None),
+    };
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
     let service = FlightServiceServer::new(SquadronFlight::new(Arc::new(SquadronFlightSql::new(
         coordinator.clone(),
+        options.auth.clone(),
     ))))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -244,9 +282,10 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .layer(AuthLayer::new(options.auth.clone()))
             .add_service(health_service)
             .add_service(service)
-            .serve_with_incoming_shutdown(incoming(listener), async move {
+            .serve_with_incoming_shutdown(incoming(listener, tls), async move {
                 let _ = rx.await;
                 health_reporter
                     .set_service_status("", ServingStatus::NotServing)
@@ -261,5 +300,6 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         shutdown: Some(tx),
         handle,
         _prober: prober,
+        _cert: cert,
     })
 }

@@ -77,7 +77,13 @@ fn a_terminated_coordinator_exits_cleanly() {
         "build the binaries first (cargo build --bins)"
     );
     let mut child = Command::new(exe)
-        .args(["--listen", "127.0.0.1:0", "--local-workers", "1"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--local-workers",
+            "1",
+            "--insecure",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

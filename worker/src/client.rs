@@ -18,6 +18,8 @@ use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
+use crate::tls::client::ClusterClientTls;
+
 /// Largest gRPC message accepted from a peer. Flight batches are split into
 /// messages of about 2 MiB by the encoder; this leaves ample headroom.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -45,15 +47,47 @@ pub const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 pub struct PeerClients {
     // Bounded by the set of worker URLs the resolver ever returned.
     channels: Arc<DashMap<String, Channel>>,
+    /// Mutual TLS with the cluster CA; plaintext when `None` (insecure mode).
+    tls: Option<ClusterClientTls>,
 }
 
 impl PeerClients {
+    pub fn new(tls: Option<ClusterClientTls>) -> Self {
+        Self {
+            channels: Arc::default(),
+            tls,
+        }
+    }
+
+    /// Whether peers are dialed over mutual TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     pub fn channel(&self, url: &str) -> Result<Channel> {
         if let Some(channel) = self.channels.get(url) {
             return Ok(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(|e| DataFusionError::Configuration(format!("bad worker URL {url}: {e}")))?
+        let bad = |e: &dyn std::fmt::Display| {
+            DataFusionError::Configuration(format!("bad worker URL {url}: {e}"))
+        };
+        let mut endpoint = match &self.tls {
+            // Peers are dialed over TLS whatever scheme a URL was given with.
+            Some(tls) => {
+                let target = url.replacen("http://", "https://", 1);
+                Endpoint::from_shared(target)
+                    .map_err(|e| bad(&e))?
+                    .tls_config(tls.config())
+                    .map_err(|e| bad(&e))?
+            }
+            None if url.starts_with("https://") => {
+                return Err(DataFusionError::Configuration(format!(
+                    "{url} needs TLS: give --cluster-ca, --cluster-cert and --cluster-key"
+                )))
+            }
+            None => Endpoint::from_shared(url.to_string()).map_err(|e| bad(&e))?,
+        };
+        endpoint = endpoint
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)

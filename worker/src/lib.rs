@@ -17,6 +17,7 @@ pub mod service;
 pub mod shutdown;
 pub mod stream;
 pub mod task;
+pub mod tls;
 pub mod version;
 
 pub use server::{spawn_worker, Worker, WorkerOptions};

@@ -1,12 +1,14 @@
 //! `squadron-worker`: one Squadron worker process.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use squadron_worker::shutdown::{drain, parse_bytes, termination};
 use squadron_worker::task::Failpoint;
+use squadron_worker::tls::ClusterTlsFiles;
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 
@@ -33,6 +35,23 @@ struct Args {
     /// On SIGTERM, seconds to let running tasks finish before exiting.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
+
+    /// The cluster CA (PEM): peers must present a certificate it signed.
+    #[arg(long)]
+    cluster_ca: Option<PathBuf>,
+
+    /// This worker's cluster certificate (PEM, with the worker role).
+    #[arg(long)]
+    cluster_cert: Option<PathBuf>,
+
+    /// The key of `--cluster-cert` (PEM).
+    #[arg(long)]
+    cluster_key: Option<PathBuf>,
+
+    /// Serve plaintext and run tasks from anyone who reaches the port. For
+    /// a laptop only; without it the worker needs the cluster TLS files.
+    #[arg(long)]
+    insecure: bool,
 }
 
 #[tokio::main]
@@ -43,14 +62,28 @@ async fn main() -> anyhow::Result<()> {
     if failpoint.is_some() {
         tracing::warn!("test failpoint armed: this worker will fail on purpose");
     }
+    let cluster_tls =
+        ClusterTlsFiles::from_args(args.cluster_ca, args.cluster_cert, args.cluster_key)?;
+    match (&cluster_tls, args.insecure) {
+        (None, false) => anyhow::bail!(
+            "no cluster TLS: give --cluster-ca, --cluster-cert and --cluster-key \
+             (see certs/README.md), or --insecure for a local, trusted network"
+        ),
+        (None, true) => tracing::warn!(
+            "INSECURE: plaintext, and anyone who reaches this port can run tasks and read \
+             their results; use only on a trusted local network"
+        ),
+        (Some(_), _) => {}
+    }
     let worker = Worker::new(WorkerOptions {
         memory_limit: args.memory_limit,
         failpoint,
+        cluster_tls,
     })?;
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
     // Tools that start workers read this line for the bound port.
-    println!("squadron-worker listening on http://{addr}");
+    println!("squadron-worker listening on {}://{addr}", worker.scheme());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(worker.serve(listener, async {
         let _ = stopped.await;

@@ -10,13 +10,17 @@ use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
+use tonic::service::interceptor::InterceptedService;
 use tonic_health::ServingStatus;
 
 use crate::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::stream::StreamManager;
 use crate::task::{Failpoint, TaskRegistry, TaskRunner};
+use crate::tls::client::ClusterClientTls;
+use crate::tls::conn::{incoming, peer_roles};
+use crate::tls::server_config::{server_config, ReloadingCert};
+use crate::tls::{ClusterTlsFiles, Role};
 
 /// How often a draining worker checks whether its work is done.
 const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);
@@ -31,6 +35,9 @@ pub struct WorkerOptions {
     pub memory_limit: Option<usize>,
     /// Test-only fault injection (see `task::failpoint`).
     pub failpoint: Option<Arc<Failpoint>>,
+    /// Mutual TLS inside the cluster; plaintext and open to anyone who
+    /// reaches the port when `None` (`--insecure`).
+    pub cluster_tls: Option<ClusterTlsFiles>,
 }
 
 /// A worker's shared state.
@@ -41,6 +48,10 @@ pub struct Worker {
     pub clients: PeerClients,
     runtime: Arc<RuntimeEnv>,
     failpoint: Option<Arc<Failpoint>>,
+    /// The listener's TLS settings (cluster mTLS), when on.
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// Kept alive for its reload watcher.
+    _cert: Option<Arc<ReloadingCert>>,
 }
 
 impl Worker {
@@ -54,13 +65,33 @@ impl Worker {
             ));
             runtime = runtime.with_memory_pool(pool);
         }
+        let (clients, tls, cert) = match &options.cluster_tls {
+            Some(files) => {
+                let cert = ReloadingCert::load(&files.cert, &files.key)?;
+                let config = server_config(Arc::clone(&cert), Some(&files.ca))?;
+                let clients = PeerClients::new(Some(ClusterClientTls::load(files)?));
+                (clients, Some(config), Some(cert))
+            }
+            None => (PeerClients::default(), None, None),
+        };
         Ok(Self {
             streams: StreamManager::default(),
             tasks: TaskRegistry::default(),
-            clients: PeerClients::default(),
+            clients,
             runtime: runtime.build_arc()?,
             failpoint: options.failpoint,
+            tls,
+            _cert: cert,
         })
+    }
+
+    /// The scheme peers reach this worker with.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// Serves the worker on a bound listener until `shutdown` resolves; then
@@ -104,31 +135,53 @@ impl Worker {
                 tokio::time::sleep(DRAIN_POLL).await;
             }
         };
+        if let Some(cert) = &self._cert {
+            cert.watch();
+        }
+        let enforce = self.tls.is_some();
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .add_service(health_service)
-            .add_service(
+            .add_service(InterceptedService::new(
                 WorkerServiceServer::new(control)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
+                require_role(&[Role::Coordinator], enforce),
+            ))
+            .add_service(InterceptedService::new(
                 FlightServiceServer::new(flight)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .serve_with_incoming_shutdown(incoming(listener), shutdown)
+                require_role(&[Role::Coordinator, Role::Worker], enforce),
+            ))
+            .serve_with_incoming_shutdown(incoming(listener, self.tls.clone()), shutdown)
             .await?;
         Ok(())
     }
 }
 
-/// Accepted connections with Nagle off: `Server::tcp_nodelay` applies only
-/// to listeners tonic binds itself, and with Nagle on every small message
-/// (a task status, a short stream) waits for a delayed ACK, about 40 ms.
-pub fn incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
+/// Lets through only callers whose cluster certificate names one of
+/// `roles`: the coordinator alone starts and stops tasks; workers and the
+/// coordinator read streams. Off in insecure mode (`enforce` false).
+fn require_role(
+    roles: &'static [Role],
+    enforce: bool,
+) -> impl Fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |request| {
+        if !enforce || peer_roles(&request).iter().any(|r| roles.contains(r)) {
+            Ok(request)
+        } else {
+            Err(tonic::Status::permission_denied(format!(
+                "this call needs a cluster certificate with the role {}",
+                roles
+                    .iter()
+                    .map(|r| r.uri())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )))
+        }
+    }
 }
 
 /// Binds a worker on `addr` and serves it in the background; returns the
@@ -139,8 +192,8 @@ pub async fn spawn_worker(
     options: WorkerOptions,
 ) -> anyhow::Result<(String, Worker)> {
     let listener = TcpListener::bind(addr).await?;
-    let url = format!("http://{}", listener.local_addr()?);
     let worker = Worker::new(options)?;
+    let url = format!("{}://{}", worker.scheme(), listener.local_addr()?);
     let serving = worker.clone();
     tokio::spawn(async move {
         if let Err(e) = serving.serve(listener, std::future::pending()).await {

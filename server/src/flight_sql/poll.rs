@@ -63,19 +63,16 @@ impl Polled {
 impl SquadronFlightSql {
     pub async fn poll(&self, request: Request<FlightDescriptor>) -> Result<PollInfo, Status> {
         let command = command_of(request.get_ref())?;
-        if command.type_url == POLL_TYPE_URL {
-            let handle = String::from_utf8(command.value.to_vec())
-                .map_err(|_| Status::invalid_argument("a malformed poll descriptor"))?;
-            return self.poll_again(&handle);
-        }
         let caller = Caller::of(&request);
+        if command.type_url == POLL_TYPE_URL {
+            let id = self.id_of(&caller, &command.value);
+            return self.poll_again(&caller, &id);
+        }
         let planned = match Command::try_from(command).map_err(|e| bad_command(&e))? {
             Command::CommandStatementQuery(query) => self.plan_sql(&caller, &query.query).await?,
             Command::CommandPreparedStatementQuery(query) => {
-                let prepared = self
-                    .state()
-                    .prepared
-                    .get(&query.prepared_statement_handle)?;
+                let id = self.id_of(&caller, &query.prepared_statement_handle);
+                let prepared = self.state().prepared.get(id.as_bytes())?;
                 self.plan_for(&caller, prepared.bound_plan()?).await?
             }
             // Metadata answers are ready at once.
@@ -88,18 +85,20 @@ impl SquadronFlightSql {
                 return with_progress(PollInfo::new().with_info(info), 1.0);
             }
         };
-        self.start(planned, request.into_inner()).await
+        self.start(&caller, planned, request.into_inner()).await
     }
 
     /// Runs `planned` now and keeps its rows for the ticket's DoGet.
     async fn start(
         &self,
+        caller: &Caller,
         planned: PlannedQuery,
         descriptor: FlightDescriptor,
     ) -> Result<PollInfo, Status> {
-        let handle = uuid::Uuid::new_v4().to_string();
+        let id = uuid::Uuid::new_v4().to_string();
+        let handle = self.state().signer.sign(caller.user(), &id);
         let ticket = TicketStatementQuery {
-            statement_handle: handle.clone().into_bytes().into(),
+            statement_handle: handle.into_bytes().into(),
         };
         let info = FlightInfo::new()
             .try_with_schema(planned.schema.as_ref())
@@ -110,26 +109,28 @@ impl SquadronFlightSql {
             .with_descriptor(descriptor)
             .with_total_records(-1)
             .with_ordered(true);
-        let stream = self.coordinator().execute(&handle, planned).await?;
+        let job_id = self.state().signer.job_id(&id);
+        let stream = self.coordinator().execute(&job_id, planned).await?;
         let polled = Polled {
             info,
             stream: Mutex::new(Some(stream)),
         };
         // Refused at capacity: the stream is dropped and the query stops.
-        self.state().polls.insert_at(handle.clone(), polled)?;
-        self.poll_again(&handle)
+        self.state().polls.insert_at(id.clone(), polled)?;
+        self.poll_again(caller, &id)
     }
 
-    fn poll_again(&self, handle: &str) -> Result<PollInfo, Status> {
+    /// `id` is the polled query's id (its handle opened for `caller`).
+    fn poll_again(&self, caller: &Caller, id: &str) -> Result<PollInfo, Status> {
         let info = self
             .state()
             .polls
-            .with(handle, |polled| polled.info.clone())
+            .with(id, |polled| polled.info.clone())
             .ok_or_else(|| {
                 Status::not_found("unknown polled query (expired, cancelled, or never started)")
             })?;
         let done = PollInfo::new().with_info(info.clone());
-        let Some(progress) = self.coordinator().progress(handle) else {
+        let Some(progress) = self.coordinator().progress(&self.state().signer.job_id(id)) else {
             return with_progress(done, 1.0);
         };
         if progress.waiting_for_client {
@@ -137,7 +138,12 @@ impl SquadronFlightSql {
         }
         let again = Any {
             type_url: POLL_TYPE_URL.into(),
-            value: handle.to_string().into_bytes().into(),
+            value: self
+                .state()
+                .signer
+                .sign(caller.user(), id)
+                .into_bytes()
+                .into(),
         };
         let pending = PollInfo::new()
             .with_info(info)
@@ -168,10 +174,8 @@ impl SquadronFlightSql {
                 }
             }
             Command::CommandPreparedStatementQuery(query) => {
-                let prepared = self
-                    .state()
-                    .prepared
-                    .get(&query.prepared_statement_handle)?;
+                let id = self.id_of(&caller, &query.prepared_statement_handle);
+                let prepared = self.state().prepared.get(id.as_bytes())?;
                 prepared.dataset.as_ref().clone()
             }
             _ => {

@@ -47,15 +47,20 @@ use super::sessions::{Caller, Sessions, DEFAULT_CAPACITY, DEFAULT_IDLE_TTL, SESS
 use super::statements::StatementStore;
 use crate::coordinator::{Coordinator, PlannedQuery, Work};
 use crate::output::encode_batches;
+use crate::security::auth::Authenticator;
+use crate::security::tickets::HandleSigner;
 use crate::session::changes_session;
 use crate::updates::ingest::ingest;
 use crate::updates::{is_update, run_update};
 use datafusion::logical_expr::LogicalPlan;
+use squadron_worker::tls::conn::remote_addr;
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,
     state: Arc<ClientState>,
     sql_info: SqlInfoData,
+    /// Logins and tokens; `None` in insecure mode.
+    auth: Option<Arc<Authenticator>>,
 }
 
 /// What the server keeps for its clients, by handle.
@@ -64,6 +69,8 @@ pub struct ClientState {
     pub prepared: PreparedStore,
     pub sessions: Sessions,
     pub polls: PollStore,
+    /// Signs the handles clients hold and binds them to their user.
+    pub signer: Arc<HandleSigner>,
 }
 
 impl ClientState {
@@ -81,13 +88,20 @@ impl ClientState {
 const REAP_EVERY: Duration = Duration::from_secs(15);
 
 impl SquadronFlightSql {
-    pub fn new(coordinator: Arc<Coordinator>) -> Self {
+    pub fn new(coordinator: Arc<Coordinator>, auth: Option<Arc<Authenticator>>) -> Self {
         let shared = Arc::clone(coordinator.shared_session());
+        let signer = Arc::new(HandleSigner::random());
         let state = Arc::new(ClientState {
             statements: StatementStore::default(),
             prepared: PreparedStore::default(),
-            sessions: Sessions::new(shared, DEFAULT_IDLE_TTL, DEFAULT_CAPACITY),
+            sessions: Sessions::new(
+                shared,
+                Arc::clone(&signer),
+                DEFAULT_IDLE_TTL,
+                DEFAULT_CAPACITY,
+            ),
             polls: new_poll_store(),
+            signer,
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let state = Arc::downgrade(&state);
@@ -107,6 +121,7 @@ impl SquadronFlightSql {
             coordinator,
             state,
             sql_info,
+            auth,
         }
     }
 
@@ -151,11 +166,13 @@ impl SquadronFlightSql {
     /// they already have.
     fn statement_info(
         &self,
+        caller: &Caller,
         planned: PlannedQuery,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = planned.schema.clone();
-        let handle = self.state.statements.insert(planned)?;
+        let id = self.state.statements.insert(planned)?;
+        let handle = self.state.signer.sign(caller.user(), &id);
         let ticket = TicketStatementQuery {
             statement_handle: handle.into_bytes().into(),
         };
@@ -173,18 +190,18 @@ impl SquadronFlightSql {
 
     /// Cancels the statements `info`'s tickets name: one not fetched yet
     /// is dropped, a running one stopped on every worker.
-    fn cancel(&self, info: &FlightInfo) -> CancelStatus {
+    fn cancel(&self, caller: &Caller, info: &FlightInfo) -> CancelStatus {
         let mut status = CancelStatus::NotCancellable;
         for ticket in info.endpoint.iter().filter_map(|e| e.ticket.as_ref()) {
             let handle = Any::decode(ticket.ticket.clone())
                 .ok()
                 .and_then(|any| any.unpack::<TicketStatementQuery>().ok().flatten())
-                .and_then(|t| String::from_utf8(t.statement_handle.to_vec()).ok());
-            if let Some(handle) = handle {
+                .map(|t| self.id_of(caller, &t.statement_handle));
+            if let Some(id) = handle {
                 // A polled query not read yet stops with its stream.
-                let polled = self.state.polls.remove(&handle);
-                if self.state.statements.discard(&handle)
-                    || self.coordinator.cancel(&handle)
+                let polled = self.state.polls.remove(&id);
+                if self.state.statements.discard(&id)
+                    || self.coordinator.cancel(&self.state.signer.job_id(&id))
                     || polled
                 {
                     status = CancelStatus::Cancelled;
@@ -192,6 +209,17 @@ impl SquadronFlightSql {
             }
         }
         status
+    }
+
+    /// The id inside a handle `caller` holds. A handle issued to someone
+    /// else, altered or made up gives an id no entry has, so the lookup
+    /// answers NOT_FOUND like for an expired handle.
+    pub(super) fn id_of(&self, caller: &Caller, handle: &[u8]) -> String {
+        std::str::from_utf8(handle)
+            .ok()
+            .and_then(|handle| self.state.signer.open(caller.user(), handle))
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// Runs DDL/DML or SET statements (one per bound parameter row) for
@@ -276,19 +304,29 @@ impl FlightSqlService for SquadronFlightSql {
 
     async fn do_handshake(
         &self,
-        _request: Request<Streaming<HandshakeRequest>>,
+        request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        // No authentication yet: every handshake succeeds.
-        let response = HandshakeResponse {
+        let message = HandshakeResponse {
             protocol_version: 0,
             payload: Default::default(),
         };
-        Ok(Response::new(
-            futures::stream::once(async { Ok(response) }).boxed(),
-        ))
+        let mut response = Response::new(futures::stream::once(async { Ok(message) }).boxed());
+        // Insecure mode: every handshake succeeds.
+        let Some(auth) = &self.auth else {
+            return Ok(response);
+        };
+        let client = remote_addr(&request).map(|a| a.ip());
+        let headers = request.metadata().clone().into_headers();
+        let (principal, token) = auth.handshake(&headers, client)?;
+        tracing::debug!(user = principal.user, "logged in");
+        let bearer = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Status::internal("the token is not a valid header value"))?;
+        response.metadata_mut().insert("authorization", bearer);
+        Ok(response)
     }
 
     async fn get_flight_info_statement(
@@ -296,8 +334,9 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let planned = self.plan_sql(&Caller::of(&request), &query.query).await?;
-        self.statement_info(planned, request.into_inner())
+        let caller = Caller::of(&request);
+        let planned = self.plan_sql(&caller, &query.query).await?;
+        self.statement_info(&caller, planned, request.into_inner())
     }
 
     async fn do_action_create_prepared_statement(
@@ -305,7 +344,8 @@ impl FlightSqlService for SquadronFlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let session = self.state.sessions.current(&Caller::of(&request));
+        let caller = Caller::of(&request);
+        let session = self.state.sessions.current(&caller);
         let plan = self
             .coordinator
             .logical_plan(&session, &query.query)
@@ -313,7 +353,8 @@ impl FlightSqlService for SquadronFlightSql {
         let prepared = Prepared::new(plan)?;
         let dataset_schema = schema_bytes(&prepared.dataset)?;
         let parameter_schema = schema_bytes(&prepared.parameters)?;
-        let handle = self.state.prepared.insert(prepared)?;
+        let id = self.state.prepared.insert(prepared)?;
+        let handle = self.state.signer.sign(caller.user(), &id);
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),
             dataset_schema,
@@ -326,10 +367,9 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
+        let id = self.id_of(&Caller::of(&request), &query.prepared_statement_handle);
         let batches = read_batches(request.into_inner()).await?;
-        self.state
-            .prepared
-            .bind(&query.prepared_statement_handle, &batches)?;
+        self.state.prepared.bind(id.as_bytes(), &batches)?;
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(query.prepared_statement_handle),
         })
@@ -340,11 +380,11 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let prepared = self.state.prepared.get(&query.prepared_statement_handle)?;
-        let planned = self
-            .plan_for(&Caller::of(&request), prepared.bound_plan()?)
-            .await?;
-        self.statement_info(planned, request.into_inner())
+        let caller = Caller::of(&request);
+        let id = self.id_of(&caller, &query.prepared_statement_handle);
+        let prepared = self.state.prepared.get(id.as_bytes())?;
+        let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
+        self.statement_info(&caller, planned, request.into_inner())
     }
 
     async fn do_get_prepared_statement(
@@ -354,10 +394,10 @@ impl FlightSqlService for SquadronFlightSql {
     ) -> Result<Response<FlightDataStream>, Status> {
         // Our FlightInfo hands out statement tickets; a client may still
         // redeem the command itself.
-        let prepared = self.state.prepared.get(&query.prepared_statement_handle)?;
-        let planned = self
-            .plan_for(&Caller::of(&request), prepared.bound_plan()?)
-            .await?;
+        let caller = Caller::of(&request);
+        let id = self.id_of(&caller, &query.prepared_statement_handle);
+        let prepared = self.state.prepared.get(id.as_bytes())?;
+        let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
         let job_id = uuid::Uuid::new_v4().to_string();
         let stream = self.coordinator.execute(&job_id, planned).await?;
         Ok(Response::new(stream))
@@ -382,8 +422,9 @@ impl FlightSqlService for SquadronFlightSql {
         command: CommandPreparedStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let handle = &command.prepared_statement_handle;
         let caller = Caller::of(&request);
+        let id = self.id_of(&caller, &command.prepared_statement_handle);
+        let handle = id.as_bytes();
         // Parameter rows may come with the update itself (JDBC executeBatch).
         let batches = read_batches(request.into_inner()).await?;
         if batches.iter().any(|b| b.num_columns() > 0) {
@@ -434,7 +475,7 @@ impl FlightSqlService for SquadronFlightSql {
                     Status::invalid_argument("CancelFlightInfo names no FlightInfo")
                 })?;
                 let result = CancelFlightInfoResult {
-                    status: self.cancel(&info) as i32,
+                    status: self.cancel(&caller, &info) as i32,
                 };
                 (result.encode_to_vec(), None)
             }
@@ -474,22 +515,24 @@ impl FlightSqlService for SquadronFlightSql {
     async fn do_action_cancel_query(
         &self,
         query: ActionCancelQueryRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCancelQueryResult, Status> {
+        let caller = Caller::of(&request);
         let info = FlightInfo::decode(query.info)
             .map_err(|e| Status::invalid_argument(format!("a malformed FlightInfo: {e}")))?;
         // ActionCancelQuery's results number like CancelStatus.
         Ok(ActionCancelQueryResult {
-            result: self.cancel(&info) as i32,
+            result: self.cancel(&caller, &info) as i32,
         })
     }
 
     async fn do_action_close_prepared_statement(
         &self,
         query: ActionClosePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<(), Status> {
-        self.state.prepared.remove(&query.prepared_statement_handle)
+        let id = self.id_of(&Caller::of(&request), &query.prepared_statement_handle);
+        self.state.prepared.remove(id.as_bytes())
     }
 
     async fn get_flight_info_catalogs(
@@ -675,16 +718,16 @@ impl FlightSqlService for SquadronFlightSql {
     async fn do_get_statement(
         &self,
         ticket: TicketStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<FlightDataStream>, Status> {
-        let handle = std::str::from_utf8(&ticket.statement_handle)
-            .map_err(|_| Status::invalid_argument("the statement handle is not UTF-8"))?;
-        let polled = self.state.polls.with(handle, |p| p.take_stream()).flatten();
+        let id = self.id_of(&Caller::of(&request), &ticket.statement_handle);
+        let polled = self.state.polls.with(&id, |p| p.take_stream()).flatten();
         if let Some(stream) = polled {
             return Ok(Response::new(stream));
         }
-        let planned = self.state.statements.take(handle)?;
-        let stream = self.coordinator.execute(handle, planned).await?;
+        let planned = self.state.statements.take(&id)?;
+        let job_id = self.state.signer.job_id(&id);
+        let stream = self.coordinator.execute(&job_id, planned).await?;
         Ok(Response::new(stream))
     }
 

@@ -17,7 +17,11 @@ use std::time::Duration;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
+use squadron_worker::tls::conn::remote_addr;
+
 use super::handles::HandleMap;
+use crate::security::auth::Principal;
+use crate::security::tickets::HandleSigner;
 use crate::session::Session;
 
 pub const SESSION_COOKIE: &str = "arrow_flight_session_id";
@@ -29,14 +33,31 @@ pub const DEFAULT_CAPACITY: usize = 4096;
 pub struct Caller {
     cookie: Option<String>,
     peer: Option<SocketAddr>,
+    /// Who logged in ("" when the server does not authenticate).
+    user: String,
 }
 
 impl Caller {
     pub fn of<T>(request: &Request<T>) -> Self {
         Self {
             cookie: session_cookie(request.metadata()),
-            peer: request.remote_addr(),
+            peer: remote_addr(request),
+            user: request
+                .extensions()
+                .get::<Principal>()
+                .map(|p| p.user.clone())
+                .unwrap_or_default(),
         }
+    }
+
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// The key of the caller's connection: a user's session is never
+    /// another's, even behind one address.
+    fn peer_key(&self) -> Option<String> {
+        self.peer.map(|peer| format!("{}@{peer}", self.user))
     }
 }
 
@@ -53,15 +74,23 @@ fn session_cookie(metadata: &MetadataMap) -> Option<String> {
 
 pub struct Sessions {
     shared: Arc<Session>,
+    /// Session cookies are signed handles, bound to their user.
+    signer: Arc<HandleSigner>,
     by_id: HandleMap<Arc<Session>>,
     /// Connection → session id.
     by_peer: HandleMap<String>,
 }
 
 impl Sessions {
-    pub fn new(shared: Arc<Session>, ttl: Duration, capacity: usize) -> Self {
+    pub fn new(
+        shared: Arc<Session>,
+        signer: Arc<HandleSigner>,
+        ttl: Duration,
+        capacity: usize,
+    ) -> Self {
         Self {
             shared,
+            signer,
             by_id: HandleMap::new("client sessions", ttl, capacity),
             by_peer: HandleMap::new("client sessions", ttl, capacity),
         }
@@ -71,13 +100,11 @@ impl Sessions {
     fn id_of(&self, caller: &Caller) -> Option<String> {
         let by_cookie = caller
             .cookie
-            .as_ref()
+            .as_deref()
+            .and_then(|cookie| self.signer.open(&caller.user, cookie))
             .filter(|id| self.by_id.with(id, |_| ()).is_some())
-            .cloned();
-        let by_peer = || {
-            let peer = caller.peer?.to_string();
-            self.by_peer.get(&peer)
-        };
+            .map(str::to_string);
+        let by_peer = || self.by_peer.get(&caller.peer_key()?);
         by_cookie.or_else(by_peer)
     }
 
@@ -88,23 +115,23 @@ impl Sessions {
             .unwrap_or_else(|| Arc::clone(&self.shared))
     }
 
-    /// The caller's own session, made now if it has none; with its id (the
-    /// cookie value).
+    /// The caller's own session, made now if it has none; with its cookie
+    /// (the session id signed for the caller).
     pub fn open(&self, caller: &Caller) -> Result<(Arc<Session>, String), Status> {
         if let Some(id) = self.id_of(caller) {
             if let Some(session) = self.by_id.get(&id) {
-                return Ok((session, id));
+                return Ok((session, self.signer.sign(&caller.user, &id)));
             }
         }
         let session = Arc::new(Session::derived_from(self.shared.ctx()));
         let id = self.by_id.insert(Arc::clone(&session))?;
-        if let Some(peer) = caller.peer {
-            if let Err(e) = self.by_peer.insert_at(peer.to_string(), id.clone()) {
+        if let Some(peer) = caller.peer_key() {
+            if let Err(e) = self.by_peer.insert_at(peer, id.clone()) {
                 self.by_id.remove(&id);
                 return Err(e);
             }
         }
-        Ok((session, id))
+        Ok((session, self.signer.sign(&caller.user, &id)))
     }
 
     /// Ends the caller's session; false when it had none.
@@ -112,8 +139,8 @@ impl Sessions {
         let Some(id) = self.id_of(caller) else {
             return false;
         };
-        if let Some(peer) = caller.peer {
-            self.by_peer.remove(&peer.to_string());
+        if let Some(peer) = caller.peer_key() {
+            self.by_peer.remove(&peer);
         }
         self.by_id.remove(&id)
     }
@@ -143,15 +170,13 @@ mod tests {
         Caller {
             cookie: cookie.map(str::to_string),
             peer: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+            user: "alice".into(),
         }
     }
 
     fn sessions(ttl: Duration, capacity: usize) -> Sessions {
-        Sessions::new(
-            Arc::new(Session::shared(SessionContext::new())),
-            ttl,
-            capacity,
-        )
+        let shared = Arc::new(Session::shared(SessionContext::new()));
+        Sessions::new(shared, Arc::new(HandleSigner::random()), ttl, capacity)
     }
 
     #[test]

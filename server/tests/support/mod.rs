@@ -47,8 +47,15 @@ impl WorkerProcess {
     /// A worker on `listen` (e.g. the address of one that was killed), with
     /// extra environment variables (e.g. a test failpoint).
     pub fn spawn_with(listen: &str, env: &[(&str, &str)]) -> Self {
+        Self::spawn_args(listen, env, &["--insecure"])
+    }
+
+    /// A worker with extra flags (its security: `--insecure` or the
+    /// cluster TLS files).
+    pub fn spawn_args(listen: &str, env: &[(&str, &str)], args: &[&str]) -> Self {
         let mut child = Command::new(worker_binary())
             .args(["--listen", listen, "--shutdown-grace", "20"])
+            .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -63,7 +70,7 @@ impl WorkerProcess {
             .trim()
             .rsplit(' ')
             .next()
-            .filter(|u| u.starts_with("http://"))
+            .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
             .unwrap_or_else(|| panic!("unexpected worker banner {line:?}"))
             .to_string();
         Self { url, child }

@@ -82,7 +82,7 @@ impl Cluster {
             .map(|_| {
                 Process::spawn(
                     "squadron-worker",
-                    &["--listen".into(), "127.0.0.1:0".into()],
+                    &["--listen".into(), "127.0.0.1:0".into(), "--insecure".into()],
                 )
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
