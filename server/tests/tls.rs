@@ -264,6 +264,39 @@ async fn certificates_reload_without_dropping_connections() {
     query(&mut before, "SELECT 2").await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = generate(dir.path(), &["localhost".into()]).unwrap();
+    let (cert, key) = certs.server();
+    let mut options = test_options(vec![], vec![]);
+    options.tls = Some(ClientTlsFiles {
+        cert,
+        key,
+        client_ca: Some(certs.ca()),
+    });
+    let server = coordinator_with(options).await;
+    let url = format!("https://localhost:{}", server.addr.port());
+    let without = tls_channel(url.clone(), &certs.ca(), "localhost", None).await;
+    let refused = match without {
+        Err(_) => true,
+        Ok(channel) => query(&mut FlightSqlServiceClient::new(channel), "SELECT 1")
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+    let channel = tls_channel(
+        url,
+        &certs.ca(),
+        "localhost",
+        Some(identity(certs.client())),
+    )
+    .await
+    .unwrap();
+    let got = query(&mut FlightSqlServiceClient::new(channel), "SELECT 1").await;
+    assert!(got.is_ok(), "{got:?}");
+}
+
 #[test]
 fn without_tls_or_insecure_the_binaries_refuse_to_start() {
     let worker = support::worker_binary();

@@ -180,4 +180,37 @@ mod tests {
             jsonwebtoken::errors::ErrorKind::ExpiredSignature
         ));
     }
+
+    #[test]
+    fn external_es256_tokens_with_issuer_and_audience() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let public = dir.path().join("issuer.pem");
+        std::fs::write(&public, key.public_key_pem()).unwrap();
+        let issuer = ExternalIssuer::public_key(&public)
+            .unwrap()
+            .with_issuer(Some("idp"))
+            .with_audience(Some("squadron"));
+        let signing = EncodingKey::from_ec_pem(key.serialize_pem().as_bytes()).unwrap();
+        let sign = |iss: &str, aud: &str, exp: u64| {
+            let claims = serde_json::json!({"sub": "dave", "iss": iss, "aud": aud, "iat": now(), "exp": exp});
+            jsonwebtoken::encode(&Header::new(Algorithm::ES256), &claims, &signing).unwrap()
+        };
+        assert_eq!(
+            issuer.verify(&sign("idp", "squadron", now() + 60)).unwrap(),
+            "dave"
+        );
+        assert!(issuer
+            .verify(&sign("other", "squadron", now() + 60))
+            .is_err());
+        assert!(issuer
+            .verify(&sign("idp", "elsewhere", now() + 60))
+            .is_err());
+        assert!(issuer.verify(&sign("idp", "squadron", now() - 60)).is_err());
+        // An HS256 token is not accepted by an ES256 issuer.
+        let hs = TokenIssuer::new(&[1; 32], Duration::from_secs(60))
+            .mint("dave")
+            .unwrap();
+        assert!(issuer.verify(&hs).is_err());
+    }
 }
