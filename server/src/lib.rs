@@ -27,4 +27,6 @@ pub mod session;
 pub mod updates;
 
 pub use coordinator::{Coordinator, JobLimits};
-pub use server::{coordinator_session_config, start, RunningServer, ServerOptions};
+pub use server::{
+    coordinator_session_config, start, RunningServer, ServerOptions, CLIENT_MESSAGE_BYTES,
+};

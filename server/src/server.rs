@@ -32,6 +32,15 @@ use crate::security::layer::AuthLayer;
 use crate::security::ClientTlsFiles;
 use crate::Coordinator;
 
+/// Largest message a client may send (a parameter or ingest batch):
+/// larger ones are RESOURCE_EXHAUSTED. Clients split ingested tables into
+/// batches far below this.
+pub const CLIENT_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Calls one client connection may have open at once (HTTP/2
+/// MAX_CONCURRENT_STREAMS); more are refused by the transport.
+pub const CLIENT_STREAMS_PER_CONNECTION: u32 = 128;
+
 /// How to start a coordinator.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -207,6 +216,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
                 memory_limit: options.worker_memory_limit,
                 failpoint: None,
                 cluster_tls: options.cluster_tls.clone(),
+                data_roots: Default::default(),
             };
             let (url, worker) =
                 squadron_worker::spawn_worker("127.0.0.1:0".parse()?, worker_options).await?;
@@ -271,7 +281,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         coordinator.clone(),
         options.auth.clone(),
     ))))
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_decoding_message_size(CLIENT_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
@@ -282,6 +292,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
             .layer(AuthLayer::new(options.auth.clone()))
             .add_service(health_service)
             .add_service(service)

@@ -90,3 +90,37 @@ async fn a_client_hanging_up_mid_stream_stops_the_job_on_every_worker() {
     assert_eq!(count(&mut client, "nation").await, 25);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_refused_and_the_server_stays_healthy() {
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    use arrow_flight::{FlightData, FlightDescriptor};
+
+    let server = coordinator(vec![], vec![]).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut flight = FlightServiceClient::new(channel).max_encoding_message_size(usize::MAX);
+    let limit = squadron_server::CLIENT_MESSAGE_BYTES;
+    let huge = FlightData {
+        flight_descriptor: Some(FlightDescriptor::new_cmd(b"x".to_vec())),
+        data_body: vec![0u8; limit + 1].into(),
+        ..Default::default()
+    };
+    let err = match flight.do_put(futures::stream::iter(vec![huge])).await {
+        Err(e) => e,
+        Ok(response) => {
+            let mut results = response.into_inner();
+            results.message().await.unwrap_err()
+        }
+    };
+    assert!(
+        matches!(err.code(), Code::ResourceExhausted | Code::OutOfRange),
+        "{err}"
+    );
+    assert!(err.message().contains("too large"), "{err}");
+    let mut client = client(&server).await;
+    assert_eq!(query(&mut client, "SELECT 1").await.unwrap().len(), 1);
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::shutdown::{drain, parse_bytes, termination};
 use squadron_worker::task::Failpoint;
 use squadron_worker::tls::ClusterTlsFiles;
@@ -48,6 +49,12 @@ struct Args {
     #[arg(long)]
     cluster_key: Option<PathBuf>,
 
+    /// Task plans may read files only under this directory (or object store
+    /// URL prefix, `s3://bucket/path`); repeatable. Without it, anywhere
+    /// the worker can read.
+    #[arg(long = "data-root", value_name = "DIR|URL")]
+    data_roots: Vec<PathBuf>,
+
     /// Serve plaintext and run tasks from anyone who reaches the port. For
     /// a laptop only; without it the worker needs the cluster TLS files.
     #[arg(long)]
@@ -79,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
         memory_limit: args.memory_limit,
         failpoint,
         cluster_tls,
+        data_roots: DataRoots::new(&args.data_roots)?,
     })?;
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;

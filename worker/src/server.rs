@@ -14,6 +14,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic_health::ServingStatus;
 
 use crate::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
+use crate::plan::guard::DataRoots;
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::stream::StreamManager;
 use crate::task::{Failpoint, TaskRegistry, TaskRunner};
@@ -38,6 +39,8 @@ pub struct WorkerOptions {
     /// Mutual TLS inside the cluster; plaintext and open to anyone who
     /// reaches the port when `None` (`--insecure`).
     pub cluster_tls: Option<ClusterTlsFiles>,
+    /// Where task plans may read files (`--data-root`); anywhere when empty.
+    pub data_roots: DataRoots,
 }
 
 /// A worker's shared state.
@@ -48,6 +51,7 @@ pub struct Worker {
     pub clients: PeerClients,
     runtime: Arc<RuntimeEnv>,
     failpoint: Option<Arc<Failpoint>>,
+    data_roots: DataRoots,
     /// The listener's TLS settings (cluster mTLS), when on.
     tls: Option<Arc<rustls::ServerConfig>>,
     /// Kept alive for its reload watcher.
@@ -80,6 +84,7 @@ impl Worker {
             clients,
             runtime: runtime.build_arc()?,
             failpoint: options.failpoint,
+            data_roots: options.data_roots,
             tls,
             _cert: cert,
         })
@@ -108,6 +113,7 @@ impl Worker {
             self.clients.clone(),
             Arc::clone(&self.runtime),
             self.failpoint.clone(),
+            self.data_roots.clone(),
         );
         let draining = CancellationToken::new();
         let control = WorkerControl::new(

@@ -1,6 +1,7 @@
 //! Squadron's plan nodes and their wire encoding.
 
 pub mod codec;
+pub mod guard;
 pub mod stage_read;
 
 pub use codec::{decode_plan, encode_plan, SquadronCodec};

@@ -26,6 +26,7 @@ use super::failpoint::{Failpoint, Fault};
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use crate::client::PeerClients;
 use crate::error::{is_upstream, status_code};
+use crate::plan::guard::{check_plan, DataRoots};
 use crate::plan::{decode_plan, StageBinding, StageReadExec};
 use crate::stream::{output_channels, write_output, OutputWriter, Router, StreamManager};
 use crate::version::engine_build;
@@ -72,6 +73,7 @@ pub struct TaskRunner {
     tasks: TaskRegistry,
     clients: PeerClients,
     failpoint: Option<Arc<Failpoint>>,
+    data_roots: DataRoots,
 }
 
 impl TaskRunner {
@@ -81,6 +83,7 @@ impl TaskRunner {
         clients: PeerClients,
         runtime: Arc<RuntimeEnv>,
         failpoint: Option<Arc<Failpoint>>,
+        data_roots: DataRoots,
     ) -> Self {
         Self {
             ctx: SessionContext::new_with_config_rt(task_session_config(), runtime),
@@ -88,6 +91,7 @@ impl TaskRunner {
             tasks,
             clients,
             failpoint,
+            data_roots,
         }
     }
 
@@ -114,6 +118,7 @@ impl TaskRunner {
         let task_ctx = self.task_context(&definition.settings)?;
         let plan = decode_plan(&definition.plan, &task_ctx)
             .map_err(|e| Status::invalid_argument(format!("cannot decode the task plan: {e}")))?;
+        check_plan(&plan, &self.data_roots)?;
         let plan = bind_inputs(
             plan,
             key,

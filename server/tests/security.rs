@@ -1,6 +1,7 @@
-//! TLS end to end with generated certificates: clients over TLS, the
+//! Security end to end with generated certificates: clients over TLS, the
 //! coordinator and two worker processes over mutual TLS running TPC-H
-//! queries, and the connections that must be refused.
+//! queries, the connections that must be refused, and what a worker's
+//! plans may read.
 
 mod support;
 
@@ -295,6 +296,39 @@ async fn client_certificates_are_required_when_configured() {
     .unwrap();
     let got = query(&mut FlightSqlServiceClient::new(channel), "SELECT 1").await;
     assert!(got.is_ok(), "{got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_read_only_under_their_data_roots() {
+    let (data, tables) = tpch_data(0.01);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = |dir: &Path| dir.to_str().unwrap().to_string();
+    let confined = WorkerProcess::spawn_args(
+        "127.0.0.1:0",
+        &[],
+        &["--insecure", "--data-root", &root(elsewhere.path())],
+    );
+    let allowed = WorkerProcess::spawn_args(
+        "127.0.0.1:0",
+        &[],
+        &["--insecure", "--data-root", &root(data.path())],
+    );
+    let mut options = test_options(vec![confined.url.clone()], tables.clone());
+    options.limits.max_attempts = 1;
+    let server = coordinator_with(options).await;
+    let mut client = support::client(&server).await;
+    // (Not count(*): Parquet statistics answer that without a scan.)
+    let sql = "SELECT n_name FROM nation WHERE n_nationkey = 3";
+    let err = query(&mut client, sql).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    assert!(err.message().contains("--data-root"), "{err}");
+
+    let server = coordinator_with(test_options(vec![allowed.url.clone()], tables)).await;
+    let mut client = support::client(&server).await;
+    let got = query(&mut client, "SELECT count(*) FROM nation")
+        .await
+        .unwrap();
+    assert_eq!(got[0].num_rows(), 1);
 }
 
 #[test]

@@ -1,0 +1,141 @@
+//! What a task plan may touch on a worker.
+//!
+//! Plans come only from the coordinator's certificate, but a worker still
+//! refuses what no Squadron plan contains, so that a stolen coordinator
+//! identity cannot turn workers into a file reader or writer: task plans
+//! never write files (the coordinator writes created tables itself), and
+//! with `--data-root` given they read only files under those roots.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::sink::DataSinkExec;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::physical_plan::ExecutionPlan;
+use tonic::Status;
+
+/// Where a worker's plans may read files.
+#[derive(Debug, Clone, Default)]
+pub struct DataRoots {
+    /// Canonical local directories, or object store URL prefixes
+    /// (`s3://bucket/prefix`); empty: anywhere.
+    roots: Vec<String>,
+}
+
+impl DataRoots {
+    /// Local roots are canonicalized (a root that does not exist is an
+    /// error: it would allow nothing).
+    pub fn new(roots: &[PathBuf]) -> anyhow::Result<Self> {
+        let roots = roots
+            .iter()
+            .map(|root| {
+                let text = root.to_string_lossy();
+                if text.contains("://") {
+                    return Ok(text.trim_end_matches('/').to_string());
+                }
+                let canonical = std::fs::canonicalize(root)
+                    .map_err(|e| anyhow::anyhow!("--data-root {}: {e}", root.display()))?;
+                Ok(format!("file://{}", canonical.display()))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self { roots })
+    }
+
+    fn allows(&self, url: &str) -> bool {
+        self.roots.is_empty()
+            || self.roots.iter().any(|root| {
+                url.strip_prefix(root.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+    }
+}
+
+/// Refuses `plan` with PERMISSION_DENIED if it writes files, or reads a
+/// file outside `roots`.
+pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<(), Status> {
+    if plan.downcast_ref::<DataSinkExec>().is_some() {
+        return Err(Status::permission_denied(
+            "task plans do not write files on workers",
+        ));
+    }
+    if let Some(source) = plan.downcast_ref::<DataSourceExec>() {
+        if let Some(scan) = source.data_source().downcast_ref::<FileScanConfig>() {
+            // `file:///` + `tmp/t.parquet`, `s3://bucket/` + `path`.
+            let store = scan.object_store_url.as_str();
+            let separator = if store.ends_with('/') { "" } else { "/" };
+            for file in scan.file_groups.iter().flat_map(|g| g.iter()) {
+                let location = file.object_meta.location.as_ref();
+                let url = format!("{store}{separator}{location}");
+                if !roots.allows(&url) || has_parent_step(location) {
+                    return Err(Status::permission_denied(format!(
+                        "the plan reads {url}, outside this worker's --data-root"
+                    )));
+                }
+            }
+        }
+    }
+    for child in plan.children() {
+        check_plan(child, roots)?;
+    }
+    Ok(())
+}
+
+/// Object store paths are normalized, but a `..` must never widen a root.
+fn has_parent_step(location: &str) -> bool {
+    Path::new(location)
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+
+    async fn scan_plan(path: &Path) -> Arc<dyn ExecutionPlan> {
+        let ctx = SessionContext::new();
+        ctx.register_parquet("t", path.to_str().unwrap(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        let df = ctx.sql("SELECT * FROM t").await.unwrap();
+        df.create_physical_plan().await.unwrap()
+    }
+
+    fn write_parquet(dir: &Path) -> PathBuf {
+        use datafusion::arrow::array::Int32Array;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::arrow::record_batch::RecordBatch;
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(vec![1]))])
+            .unwrap();
+        let path = dir.join("t.parquet");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn reads_are_limited_to_the_data_roots() {
+        let inside = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let allowed = DataRoots::new(&[inside.path().to_path_buf()]).unwrap();
+        let ok = scan_plan(&write_parquet(inside.path())).await;
+        check_plan(&ok, &allowed).unwrap();
+        let bad = scan_plan(&write_parquet(outside.path())).await;
+        let err = check_plan(&bad, &allowed).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+        // Without roots, anything may be read.
+        check_plan(&bad, &DataRoots::default()).unwrap();
+        // A root is a directory, not a name prefix.
+        let sibling = DataRoots::new(&[inside.path().to_path_buf()]).unwrap();
+        let prefix = format!(
+            "file://{}x/t.parquet",
+            std::fs::canonicalize(inside.path()).unwrap().display()
+        );
+        assert!(!sibling.allows(&prefix));
+        assert!(DataRoots::new(&["/no/such/root".into()]).is_err());
+    }
+}
