@@ -12,7 +12,24 @@ use std::time::Duration;
 
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use squadron_server::process_stats::rss_bytes;
-use tonic::transport::{Channel, Endpoint};
+use squadron_worker::tls::generate::{generate, DevCerts};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+impl Secure {
+    fn new(data_dir: &Path) -> anyhow::Result<Self> {
+        let dir = data_dir.join("bench-certs");
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        let certs = generate(&dir, &["localhost".into(), "127.0.0.1".into()])?;
+        squadron_server::security::users::add_user(
+            &certs.dir.join("users.toml"),
+            BENCH_USER,
+            BENCH_PASSWORD,
+        )?;
+        Ok(Self { certs })
+    }
+}
 
 /// A child process killed on drop, with the URL it printed on start.
 pub struct Process {
@@ -42,7 +59,10 @@ impl Process {
                     if let Some(rest) = last.strip_prefix("grpc://") {
                         break format!("http://{rest}");
                     }
-                    if last.starts_with("http://") {
+                    if let Some(rest) = last.strip_prefix("grpc+tls://") {
+                        break format!("https://{rest}");
+                    }
+                    if last.starts_with("http://") || last.starts_with("https://") {
                         break last.to_string();
                     }
                 }
@@ -67,7 +87,18 @@ impl Drop for Process {
 pub struct Cluster {
     pub coordinator: Process,
     pub workers: Vec<Process>,
+    /// TLS and a login, when the cluster runs secured (`--secure`).
+    secure: Option<Secure>,
 }
+
+/// A secured cluster's certificates and users file, made afresh under
+/// the data directory for each run.
+struct Secure {
+    certs: DevCerts,
+}
+
+const BENCH_USER: &str = "bench";
+const BENCH_PASSWORD: &str = "bench password, local only";
 
 impl Cluster {
     /// Two workers and a coordinator serving the TPC-H data in `data_dir`
@@ -77,13 +108,26 @@ impl Cluster {
         scale: f64,
         partitions: usize,
         settings: &[String],
+        secure: bool,
     ) -> anyhow::Result<Self> {
+        let secure = secure.then(|| Secure::new(data_dir)).transpose()?;
+        let path = |p: std::path::PathBuf| p.display().to_string();
+        let worker_security: Vec<String> = match &secure {
+            None => vec!["--insecure".into()],
+            Some(s) => vec![
+                "--cluster-ca".into(),
+                path(s.certs.ca()),
+                "--cluster-cert".into(),
+                path(s.certs.worker().0),
+                "--cluster-key".into(),
+                path(s.certs.worker().1),
+            ],
+        };
         let workers = (0..2)
             .map(|_| {
-                Process::spawn(
-                    "squadron-worker",
-                    &["--listen".into(), "127.0.0.1:0".into(), "--insecure".into()],
-                )
+                let mut args = vec!["--listen".into(), "127.0.0.1:0".into()];
+                args.extend(worker_security.iter().cloned());
+                Process::spawn("squadron-worker", &args)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let mut args: Vec<String> = vec![
@@ -102,6 +146,22 @@ impl Cluster {
                 .join(","),
         ];
         args.extend(["--partitions".into(), partitions.to_string()]);
+        if let Some(s) = &secure {
+            args.extend([
+                "--tls-cert".into(),
+                path(s.certs.server().0),
+                "--tls-key".into(),
+                path(s.certs.server().1),
+                "--cluster-ca".into(),
+                path(s.certs.ca()),
+                "--cluster-cert".into(),
+                path(s.certs.coordinator().0),
+                "--cluster-key".into(),
+                path(s.certs.coordinator().1),
+                "--users".into(),
+                path(s.certs.dir.join("users.toml")),
+            ]);
+        }
         for setting in settings {
             args.extend(["--set".into(), setting.clone()]);
         }
@@ -109,17 +169,38 @@ impl Cluster {
         Ok(Self {
             coordinator,
             workers,
+            secure,
         })
     }
 
     /// A client on its own connection (HTTP/2 multiplexes one connection's
     /// calls; separate clients should not queue behind each other).
+    /// Secured, it connects over TLS and logs in (a Basic handshake; the
+    /// token is sent with every call after).
     pub async fn client(&self) -> anyhow::Result<FlightSqlServiceClient<Channel>> {
-        let channel = Endpoint::from_shared(self.coordinator.url.clone())?
+        let Some(secure) = &self.secure else {
+            let channel = Endpoint::from_shared(self.coordinator.url.clone())?
+                .tcp_nodelay(true)
+                .connect()
+                .await?;
+            return Ok(FlightSqlServiceClient::new(channel));
+        };
+        let url = self.coordinator.url.replace("127.0.0.1", "localhost");
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(std::fs::read(secure.certs.ca())?))
+            .domain_name("localhost");
+        let channel = Endpoint::from_shared(url)?
+            .tls_config(tls)?
             .tcp_nodelay(true)
             .connect()
             .await?;
-        Ok(FlightSqlServiceClient::new(channel))
+        let mut client = FlightSqlServiceClient::new(channel);
+        client.handshake(BENCH_USER, BENCH_PASSWORD).await?;
+        Ok(client)
+    }
+
+    pub fn is_secure(&self) -> bool {
+        self.secure.is_some()
     }
 
     pub fn pids(&self) -> Vec<u32> {

@@ -71,6 +71,10 @@ struct Args {
     /// Also write every figure to this JSON file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run the cluster secured: client TLS with a password login, mutual
+    /// TLS between coordinator and workers (certificates made for the run).
+    #[arg(long)]
+    secure: bool,
 }
 
 const SUITES: [&str; 4] = ["latency", "concurrency", "stream", "tpch"];
@@ -100,10 +104,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let partitions = args
         .partitions
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-    let cluster = Cluster::start(&args.data_dir, args.scale, partitions, &args.settings)?;
+    let cluster = Cluster::start(
+        &args.data_dir,
+        args.scale,
+        partitions,
+        &args.settings,
+        args.secure,
+    )?;
     let mut client = cluster.client().await?;
+    let transport = if cluster.is_secure() {
+        "TLS + login, cluster mTLS"
+    } else {
+        "plaintext"
+    };
     println!(
-        "Squadron: coordinator process + 2 worker processes, loopback, plaintext, \
+        "Squadron: coordinator process + 2 worker processes, loopback, {transport}, \
          {partitions} tasks per stage | TPC-H SF{}",
         args.scale
     );
@@ -111,6 +126,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     results.insert("machine".into(), machine());
     results.insert("scale".into(), json!(args.scale));
     results.insert("tasks_per_stage".into(), json!(partitions));
+    results.insert("secure".into(), json!(cluster.is_secure()));
     let point = ShortQuery::PointLookup {
         customers: (150_000.0 * args.scale).max(1.0) as u64,
     };
