@@ -60,15 +60,20 @@ def cluster(tmp_path_factory):
         w.stop()
 
 
-@pytest.fixture(scope="session")
-def oracle(cluster):
-    """Single-node DataFusion over the files the cluster serves."""
+def oracle_over(data_dir):
+    """Single-node DataFusion over the Parquet files in `data_dir`."""
     import datafusion
 
     ctx = datafusion.SessionContext()
-    for f in sorted(cluster["data"].glob("*.parquet")):
+    for f in sorted(data_dir.glob("*.parquet")):
         ctx.register_parquet(f.stem, str(f))
     return ctx
+
+
+@pytest.fixture(scope="session")
+def oracle(cluster):
+    """Single-node DataFusion over the files the cluster serves."""
+    return oracle_over(cluster["data"])
 
 
 def tpch_query(n):

@@ -16,7 +16,7 @@ import pytest
 from adbc_driver_flightsql import DatabaseOptions
 
 from answers import assert_same
-from conftest import BIN_DIR, Process, tpch_query
+from conftest import BIN_DIR, Process, oracle_over, tpch_query
 
 PASSWORD = "correct horse battery staple"
 OTHER_PASSWORD = "another long passphrase"
@@ -116,11 +116,7 @@ def assert_healthy(secure):
 
 @pytest.fixture(scope="module")
 def secure_oracle(secure):
-    import datafusion
-    ctx = datafusion.SessionContext()
-    for f in sorted(secure["data"].glob("*.parquet")):
-        ctx.register_parquet(f.stem, str(f))
-    return ctx
+    return oracle_over(secure["data"])
 
 
 @pytest.mark.parametrize("n", [1, 3, 5])

@@ -75,6 +75,18 @@ async fn tls_channel(
         .await
 }
 
+/// Whether a worker refuses a control call on `channel` (at the TLS
+/// handshake, or after it).
+async fn worker_refuses(channel: Result<Channel, tonic::transport::Error>) -> bool {
+    match channel {
+        Err(_) => true,
+        Ok(channel) => WorkerServiceClient::new(channel)
+            .clean_up_job(CleanUpJobRequest::default())
+            .await
+            .is_err(),
+    }
+}
+
 fn identity(pair: (std::path::PathBuf, std::path::PathBuf)) -> Identity {
     Identity::from_pem(read(&pair.0), read(&pair.1))
 }
@@ -147,14 +159,10 @@ async fn tpch_over_tls_and_cluster_mutual_tls() {
     // without the coordinator's role.
     let worker_url = workers[0].url.clone();
     let no_cert = tls_channel(worker_url.clone(), &certs.ca(), CLUSTER_DOMAIN, None).await;
-    let refused = match no_cert {
-        Err(_) => true,
-        Ok(channel) => WorkerServiceClient::new(channel)
-            .clean_up_job(CleanUpJobRequest::default())
-            .await
-            .is_err(),
-    };
-    assert!(refused, "a worker answered a client without a certificate");
+    assert!(
+        worker_refuses(no_cert).await,
+        "a worker answered a client without a certificate"
+    );
     let foreign = tls_channel(
         worker_url.clone(),
         &certs.ca(),
@@ -162,14 +170,10 @@ async fn tpch_over_tls_and_cluster_mutual_tls() {
         Some(identity(other_certs.coordinator())),
     )
     .await;
-    let refused = match foreign {
-        Err(_) => true,
-        Ok(channel) => WorkerServiceClient::new(channel)
-            .clean_up_job(CleanUpJobRequest::default())
-            .await
-            .is_err(),
-    };
-    assert!(refused, "a worker accepted another CA's certificate");
+    assert!(
+        worker_refuses(foreign).await,
+        "a worker accepted another CA's certificate"
+    );
     for (pair, want_control, want_stream) in [
         (certs.client(), false, Code::PermissionDenied),
         (certs.worker(), false, Code::NotFound),
