@@ -63,6 +63,12 @@ pub struct SecurityArgs {
     #[arg(long)]
     pub jwt_audience: Option<String>,
 
+    /// Sign the tokens issued at login with this secret (a file of at least
+    /// 32 bytes), so they outlive a restart and every coordinator sharing
+    /// it accepts them. Default: a random key per process.
+    #[arg(long)]
+    pub token_secret_file: Option<PathBuf>,
+
     /// Lifetime of the tokens the server issues at login, in seconds.
     #[arg(long, default_value_t = 3600)]
     pub token_ttl: u64,
@@ -80,6 +86,21 @@ pub struct Security {
     pub tls: Option<ClientTlsFiles>,
     pub cluster_tls: Option<ClusterTlsFiles>,
     pub auth: Option<Arc<Authenticator>>,
+}
+
+/// A secret from a file: its bytes without a trailing newline, at least 32.
+pub fn read_secret(file: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let mut secret =
+        std::fs::read(file).map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+    if secret.last() == Some(&b'\n') {
+        secret.pop();
+    }
+    anyhow::ensure!(
+        secret.len() >= 32,
+        "{}: a signing secret needs at least 32 bytes",
+        file.display()
+    );
+    Ok(secret)
 }
 
 impl SecurityArgs {
@@ -151,7 +172,68 @@ impl SecurityArgs {
             );
             return Ok(None);
         }
-        let tokens = TokenIssuer::random(Duration::from_secs(self.token_ttl.max(1)))?;
+        let ttl = Duration::from_secs(self.token_ttl.max(1));
+        let tokens = match &self.token_secret_file {
+            Some(file) => TokenIssuer::new(&read_secret(file)?, ttl),
+            None => TokenIssuer::random(ttl)?,
+        };
         Ok(Some(Arc::new(Authenticator::new(users, tokens, external))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    #[test]
+    fn tokens_signed_with_a_secret_file_outlive_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let users = dir.path().join("users.toml");
+        super::super::users::add_user(&users, "alice", "wonderland").unwrap();
+        let secret = dir.path().join("token.secret");
+        std::fs::write(&secret, [7u8; 40]).unwrap();
+        let args = SecurityArgs {
+            users: Some(users),
+            token_secret_file: Some(secret),
+            token_ttl: 60,
+            insecure: true,
+            ..Default::default()
+        };
+        let login = base64::engine::general_purpose::STANDARD.encode("alice:wonderland");
+        let mut headers = http::HeaderMap::new();
+        headers.insert("authorization", format!("Basic {login}").parse().unwrap());
+        let first = args.security(false).unwrap().auth.unwrap();
+        let (_, token) = first.handshake(&headers, None).unwrap();
+        let mut bearer = http::HeaderMap::new();
+        bearer.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        // A restarted server (a new authenticator from the same flags).
+        let restarted = args.security(false).unwrap().auth.unwrap();
+        assert_eq!(restarted.authenticate(&bearer).unwrap().user, "alice");
+        // Without the file each process has its own key.
+        let random = SecurityArgs {
+            token_secret_file: None,
+            ..args.clone()
+        };
+        let other = random.security(false).unwrap().auth.unwrap();
+        assert!(other.authenticate(&bearer).is_err());
+    }
+
+    #[test]
+    fn without_insecure_everything_must_be_configured() {
+        let err = SecurityArgs::default().security(false).unwrap_err();
+        let text = format!("{err:#}");
+        for part in [
+            "client TLS",
+            "cluster mutual TLS",
+            "authentication",
+            "--insecure",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+        assert!(
+            SecurityArgs::default().security(true).is_ok(),
+            "--demo is insecure"
+        );
     }
 }

@@ -86,16 +86,9 @@ impl ExternalIssuer {
     /// An issuer sharing an HS256 secret (the file's bytes, trailing
     /// newline dropped).
     pub fn hs256(secret_file: &Path) -> anyhow::Result<Self> {
-        let secret = std::fs::read(secret_file)
-            .with_context(|| format!("reading {}", secret_file.display()))?;
-        let secret = secret.strip_suffix(b"\n").unwrap_or(&secret);
-        anyhow::ensure!(
-            secret.len() >= 32,
-            "{}: an HS256 secret needs at least 32 bytes",
-            secret_file.display()
-        );
+        let secret = super::args::read_secret(secret_file)?;
         Ok(Self {
-            key: DecodingKey::from_secret(secret),
+            key: DecodingKey::from_secret(&secret),
             validation: Validation::new(Algorithm::HS256),
         })
     }
