@@ -111,16 +111,28 @@ async fn wait_idle(worker: &squadron_worker::Worker) {
 async fn a_query_over_the_memory_limit_fails_and_others_keep_running() {
     let (_dir, tables) = tpch_data(0.01);
     let mut options = test_options(vec![], tables);
-    options.worker_memory_limit = Some(6 << 20);
+    options.worker_memory_limit = Some(3 << 20);
+    // Partitioned, whatever the size estimates say: each worker then
+    // builds half of the join's build side, a known amount.
+    options.settings = ["", "_rows"]
+        .iter()
+        .map(|suffix| {
+            let key = format!("datafusion.optimizer.hash_join_single_partition_threshold{suffix}");
+            (key, "0".to_string())
+        })
+        .collect();
     let server = coordinator_with(options).await;
     let mut big_client = client(&server).await;
     let mut small_client = client(&server).await;
 
-    // A hash join whose build side (all of lineitem, with its comments)
-    // cannot spill and needs more than the limit.
+    // A hash join whose build side (lineitem's 60 K rows with four text
+    // columns, ~4 MiB, half of it per worker plus the hash table) cannot
+    // spill and needs more than the limit.
     let big = query(
         &mut big_client,
-        "SELECT count(*) FROM lineitem a JOIN lineitem b ON a.l_comment = b.l_comment",
+        "SELECT count(*), max(length(a.l_comment || a.l_shipinstruct || a.l_shipmode \
+         || b.l_comment || b.l_shipinstruct || b.l_shipmode)) \
+         FROM lineitem a JOIN lineitem b ON a.l_comment = b.l_comment",
     );
     let small = async {
         let mut ok = 0;
