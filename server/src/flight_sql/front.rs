@@ -82,7 +82,9 @@ impl FlightService for SquadronFlight {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        FlightService::do_put(&*self.sql, request).await
+        FlightService::do_put(&*self.sql, request)
+            .await
+            .map_err(too_large_is_exhausted)
     }
 
     async fn do_exchange(
@@ -104,6 +106,20 @@ impl FlightService for SquadronFlight {
         request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         FlightService::list_actions(&*self.sql, request).await
+    }
+}
+
+/// tonic reports a message over the size limit as OUT_OF_RANGE; to a client
+/// it is a resource limit (DoPut is where clients send large messages).
+fn too_large_is_exhausted(status: Status) -> Status {
+    if status.code() == tonic::Code::OutOfRange && status.message().contains("too large") {
+        Status::resource_exhausted(format!(
+            "{} (the server takes messages up to {} MiB: send smaller batches)",
+            status.message(),
+            crate::CLIENT_MESSAGE_BYTES >> 20
+        ))
+    } else {
+        status
     }
 }
 
