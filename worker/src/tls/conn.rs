@@ -24,6 +24,10 @@ use super::identity::{roles_of, Role};
 /// A TLS handshake taking longer than this is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// TLS handshakes in progress at once; beyond, accepting waits, so a flood
+/// of connections that never finish their handshake is bounded.
+const MAX_HANDSHAKES: usize = 256;
+
 pub enum Conn {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
@@ -145,6 +149,7 @@ pub fn incoming(
 ) -> impl Stream<Item = io::Result<Conn>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Conn>>(64);
     let acceptor = tls.map(TlsAcceptor::from);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
@@ -167,8 +172,12 @@ pub fn incoming(
                 }
                 continue;
             };
+            let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
+                return;
+            };
             let tx = tx.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(Conn::Tls(Box::new(tls)))).await;
