@@ -71,8 +71,7 @@ impl SquadronFlightSql {
         let planned = match Command::try_from(command).map_err(|e| bad_command(&e))? {
             Command::CommandStatementQuery(query) => self.plan_sql(&caller, &query.query).await?,
             Command::CommandPreparedStatementQuery(query) => {
-                let id = self.id_of(&caller, &query.prepared_statement_handle);
-                let prepared = self.state().prepared.get(id.as_bytes())?;
+                let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
                 self.plan_for(&caller, prepared.bound_plan()?).await?
             }
             // Metadata answers are ready at once.
@@ -174,8 +173,7 @@ impl SquadronFlightSql {
                 }
             }
             Command::CommandPreparedStatementQuery(query) => {
-                let id = self.id_of(&caller, &query.prepared_statement_handle);
-                let prepared = self.state().prepared.get(id.as_bytes())?;
+                let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
                 prepared.dataset.as_ref().clone()
             }
             _ => {

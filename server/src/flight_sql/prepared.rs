@@ -177,15 +177,13 @@ impl PreparedStore {
         self.entries.insert(prepared)
     }
 
-    /// The statement under `handle`; using it keeps it alive.
-    pub fn get(&self, handle: &[u8]) -> Result<Prepared, Status> {
-        self.entries
-            .get(handle_key(handle)?)
-            .ok_or_else(unknown_handle)
+    /// The statement with id `id`; using it keeps it alive.
+    pub fn get(&self, id: &str) -> Result<Prepared, Status> {
+        self.entries.get(id).ok_or_else(unknown_handle)
     }
 
-    /// Binds parameter batches (a DoPut) to the statement under `handle`.
-    pub fn bind(&self, handle: &[u8], batches: &[RecordBatch]) -> Result<(), Status> {
+    /// Binds parameter batches (a DoPut) to the statement with id `id`.
+    pub fn bind(&self, id: &str, batches: &[RecordBatch]) -> Result<(), Status> {
         let bound = match batches.first() {
             None => None,
             Some(first) => Some(
@@ -194,7 +192,7 @@ impl PreparedStore {
             ),
         };
         self.entries
-            .with(handle_key(handle)?, |prepared| {
+            .with(id, |prepared| {
                 let wanted = prepared.parameters.fields().len();
                 if let Some(batch) = &bound {
                     if batch.num_columns() != wanted && batch.num_rows() > 0 {
@@ -210,9 +208,9 @@ impl PreparedStore {
             .ok_or_else(unknown_handle)?
     }
 
-    /// Frees the statement under `handle`.
-    pub fn remove(&self, handle: &[u8]) -> Result<(), Status> {
-        if self.entries.remove(handle_key(handle)?) {
+    /// Frees the statement with id `id`.
+    pub fn remove(&self, id: &str) -> Result<(), Status> {
+        if self.entries.remove(id) {
             Ok(())
         } else {
             Err(unknown_handle())
@@ -231,10 +229,6 @@ impl PreparedStore {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
-}
-
-fn handle_key(handle: &[u8]) -> Result<&str, Status> {
-    std::str::from_utf8(handle).map_err(|_| unknown_handle())
 }
 
 fn unknown_handle() -> Status {
@@ -313,20 +307,14 @@ mod tests {
         let p = prepare("SELECT 1").await;
         let store = PreparedStore::new(DEFAULT_TTL, 2);
         let h = store.insert(p.clone()).unwrap();
-        assert!(store.get(h.as_bytes()).is_ok());
-        store.remove(h.as_bytes()).unwrap();
+        assert!(store.get(&h).is_ok());
+        store.remove(&h).unwrap();
+        assert_eq!(store.get(&h).unwrap_err().code(), tonic::Code::NotFound);
         assert_eq!(
-            store.get(h.as_bytes()).unwrap_err().code(),
+            store.get("forged").unwrap_err().code(),
             tonic::Code::NotFound
         );
-        assert_eq!(
-            store.get(b"forged").unwrap_err().code(),
-            tonic::Code::NotFound
-        );
-        assert_eq!(
-            store.get(&[0xff]).unwrap_err().code(),
-            tonic::Code::NotFound
-        );
+        assert_eq!(store.get("").unwrap_err().code(), tonic::Code::NotFound);
         store.insert(p.clone()).unwrap();
         store.insert(p.clone()).unwrap();
         assert_eq!(
@@ -339,7 +327,7 @@ mod tests {
         let abandoned: Vec<String> = (0..2).map(|_| store.insert(p.clone()).unwrap()).collect();
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(
-            store.get(abandoned[0].as_bytes()).unwrap_err().code(),
+            store.get(&abandoned[0]).unwrap_err().code(),
             tonic::Code::NotFound
         );
         for _ in 0..10 {

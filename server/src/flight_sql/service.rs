@@ -222,6 +222,11 @@ impl SquadronFlightSql {
             .to_string()
     }
 
+    /// The prepared statement a handle `caller` holds names.
+    pub(super) fn prepared_of(&self, caller: &Caller, handle: &[u8]) -> Result<Prepared, Status> {
+        self.state.prepared.get(&self.id_of(caller, handle))
+    }
+
     /// Runs DDL/DML or SET statements (one per bound parameter row) for
     /// `caller`; returns the rows they wrote.
     async fn run_updates(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
@@ -369,7 +374,7 @@ impl FlightSqlService for SquadronFlightSql {
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let id = self.id_of(&Caller::of(&request), &query.prepared_statement_handle);
         let batches = read_batches(request.into_inner()).await?;
-        self.state.prepared.bind(id.as_bytes(), &batches)?;
+        self.state.prepared.bind(&id, &batches)?;
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(query.prepared_statement_handle),
         })
@@ -381,8 +386,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let caller = Caller::of(&request);
-        let id = self.id_of(&caller, &query.prepared_statement_handle);
-        let prepared = self.state.prepared.get(id.as_bytes())?;
+        let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
         let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
         self.statement_info(&caller, planned, request.into_inner())
     }
@@ -395,8 +399,7 @@ impl FlightSqlService for SquadronFlightSql {
         // Our FlightInfo hands out statement tickets; a client may still
         // redeem the command itself.
         let caller = Caller::of(&request);
-        let id = self.id_of(&caller, &query.prepared_statement_handle);
-        let prepared = self.state.prepared.get(id.as_bytes())?;
+        let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
         let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
         let job_id = uuid::Uuid::new_v4().to_string();
         let stream = self.coordinator.execute(&job_id, planned).await?;
@@ -424,13 +427,12 @@ impl FlightSqlService for SquadronFlightSql {
     ) -> Result<i64, Status> {
         let caller = Caller::of(&request);
         let id = self.id_of(&caller, &command.prepared_statement_handle);
-        let handle = id.as_bytes();
         // Parameter rows may come with the update itself (JDBC executeBatch).
         let batches = read_batches(request.into_inner()).await?;
         if batches.iter().any(|b| b.num_columns() > 0) {
-            self.state.prepared.bind(handle, &batches)?;
+            self.state.prepared.bind(&id, &batches)?;
         }
-        let prepared = self.state.prepared.get(handle)?;
+        let prepared = self.state.prepared.get(&id)?;
         self.run_updates(&caller, prepared.bound_plans()?).await
     }
 
@@ -532,7 +534,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<Action>,
     ) -> Result<(), Status> {
         let id = self.id_of(&Caller::of(&request), &query.prepared_statement_handle);
-        self.state.prepared.remove(id.as_bytes())
+        self.state.prepared.remove(&id)
     }
 
     async fn get_flight_info_catalogs(
