@@ -16,31 +16,44 @@ pub struct StreamKey {
 }
 
 impl StreamKey {
-    /// Encodes the key as the bytes of a Flight ticket.
-    pub fn to_ticket(&self) -> Vec<u8> {
+    /// Encodes the key with its `signature` as the bytes of a Flight ticket.
+    pub fn to_ticket(&self, signature: Vec<u8>) -> Vec<u8> {
         TaskStreamTicket {
             job_id: self.job_id.clone(),
             stage_id: self.stage_id,
             partition: self.partition,
             attempt: self.attempt,
             channel: self.channel,
+            signature,
         }
         .encode_to_vec()
     }
 
-    /// Decodes a Flight ticket; `None` for bytes that are not a ticket.
-    pub fn from_ticket(bytes: &[u8]) -> Option<Self> {
+    /// Decodes a Flight ticket into the key and its signature; `None` for
+    /// bytes that are not a ticket.
+    pub fn from_ticket(bytes: &[u8]) -> Option<(Self, Vec<u8>)> {
         let t = TaskStreamTicket::decode(bytes).ok()?;
         if t.job_id.is_empty() {
             return None;
         }
-        Some(Self {
+        let key = Self {
             job_id: t.job_id,
             stage_id: t.stage_id,
             partition: t.partition,
             attempt: t.attempt,
             channel: t.channel,
-        })
+        };
+        Some((key, t.signature))
+    }
+
+    /// The bytes a signature covers: every field, unambiguously.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.job_id.len() + 24);
+        for n in [self.stage_id, self.partition, self.attempt, self.channel] {
+            bytes.extend_from_slice(&n.to_be_bytes());
+        }
+        bytes.extend_from_slice(self.job_id.as_bytes());
+        bytes
     }
 }
 
@@ -67,7 +80,10 @@ mod tests {
             attempt: 1,
             channel: 7,
         };
-        assert_eq!(StreamKey::from_ticket(&key.to_ticket()), Some(key));
+        assert_eq!(
+            StreamKey::from_ticket(&key.to_ticket(vec![1, 2])),
+            Some((key, vec![1, 2]))
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
+use squadron_worker::plan::guard::DataRoots;
 use tokio::sync::mpsc::WeakSender;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -152,6 +153,8 @@ pub struct Coordinator {
     /// Distributed jobs running now, by job id, to cancel them and report
     /// their progress.
     running: Arc<DashMap<String, RunningJob>>,
+    /// Where clients may create external tables; nowhere when `None`.
+    table_roots: Option<DataRoots>,
 }
 
 impl Coordinator {
@@ -164,6 +167,29 @@ impl Coordinator {
             history: Arc::new(Mutex::new(VecDeque::new())),
             catalog: None,
             running: Arc::new(DashMap::new()),
+            table_roots: None,
+        }
+    }
+
+    /// Lets clients create external tables under `roots` (`--data-root`).
+    pub fn with_table_roots(mut self, roots: Option<DataRoots>) -> Self {
+        self.table_roots = roots;
+        self
+    }
+
+    /// PERMISSION_DENIED unless a client may define a table at `location`.
+    /// Checked before DataFusion lists or reads anything there.
+    pub fn check_table_location(&self, location: &str) -> Result<(), Status> {
+        match &self.table_roots {
+            Some(roots) if roots.allows_location(location) => Ok(()),
+            Some(_) => Err(Status::permission_denied(format!(
+                "{location} is outside the server's --data-root: external tables may be \
+                 created only there"
+            ))),
+            None => Err(Status::permission_denied(
+                "external tables are off: start the server with --data-root DIR|URL to let \
+                 clients create them there",
+            )),
         }
     }
 

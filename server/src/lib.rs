@@ -29,4 +29,5 @@ pub mod updates;
 pub use coordinator::{Coordinator, JobLimits};
 pub use server::{
     coordinator_session_config, start, RunningServer, ServerOptions, CLIENT_MESSAGE_BYTES,
+    DEFAULT_MAX_QUERIES_PER_USER,
 };

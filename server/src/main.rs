@@ -89,6 +89,11 @@ struct Args {
     #[arg(long, default_value_t = 128)]
     max_queued_queries: usize,
 
+    /// Queries one user may run or queue at once (without authentication:
+    /// one client address); more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = squadron_server::DEFAULT_MAX_QUERIES_PER_USER)]
+    max_queries_per_user: usize,
+
     /// Memory for query execution in each embedded worker, e.g. 2G
     /// (default: unlimited).
     #[arg(long, value_parser = parse_bytes)]
@@ -225,6 +230,8 @@ async fn main() -> anyhow::Result<()> {
         tls: security.tls,
         cluster_tls: security.cluster_tls,
         auth: security.auth,
+        table_roots: security.table_roots,
+        max_queries_per_user: args.max_queries_per_user.max(1),
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));

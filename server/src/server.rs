@@ -10,6 +10,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_worker::client::{
     PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
 };
+use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::tls::client::ClusterClientTls;
 use squadron_worker::tls::conn::incoming;
 use squadron_worker::tls::server_config::{server_config, ReloadingCert};
@@ -20,11 +21,13 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::task::AbortOnDropHandle;
 use tonic_health::ServingStatus;
+use tower::util::MapResponseLayer;
 
 use crate::catalog::persisted::PersistedCatalog;
 use crate::catalog::TableSpec;
 use crate::cluster::{normalize_url, StaticResolver, WorkerHealth, WorkerResolver};
 use crate::coordinator::JobLimits;
+use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
@@ -40,6 +43,10 @@ pub const CLIENT_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// Calls one client connection may have open at once (HTTP/2
 /// MAX_CONCURRENT_STREAMS); more are refused by the transport.
 pub const CLIENT_STREAMS_PER_CONNECTION: u32 = 128;
+
+/// Default of `--max-queries-per-user`: above the 32 that run at once,
+/// so one busy client can fill the cluster but not the whole queue.
+pub const DEFAULT_MAX_QUERIES_PER_USER: usize = 64;
 
 /// How to start a coordinator.
 #[derive(Debug, Clone)]
@@ -70,6 +77,11 @@ pub struct ServerOptions {
     pub cluster_tls: Option<ClusterTlsFiles>,
     /// Who may call; anyone when `None` (insecure mode).
     pub auth: Option<Arc<Authenticator>>,
+    /// Where clients may create external tables; nowhere when `None`.
+    pub table_roots: Option<DataRoots>,
+    /// Queries one user (or, without authentication, one client address)
+    /// may run or queue at once.
+    pub max_queries_per_user: usize,
 }
 
 impl Default for ServerOptions {
@@ -88,6 +100,8 @@ impl Default for ServerOptions {
             tls: None,
             cluster_tls: None,
             auth: None,
+            table_roots: Some(DataRoots::default()),
+            max_queries_per_user: DEFAULT_MAX_QUERIES_PER_USER,
         }
     }
 }
@@ -260,7 +274,8 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
     );
-    let mut coordinator = Coordinator::new(ctx, runner, &options.limits);
+    let mut coordinator = Coordinator::new(ctx, runner, &options.limits)
+        .with_table_roots(options.table_roots.clone());
     if let Some(dir) = &options.data_dir {
         coordinator = coordinator.with_catalog(Arc::new(PersistedCatalog::open(dir)?));
     }
@@ -280,6 +295,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let service = FlightServiceServer::new(SquadronFlight::new(Arc::new(SquadronFlightSql::new(
         coordinator.clone(),
         options.auth.clone(),
+        options.max_queries_per_user,
     ))))
     .max_decoding_message_size(CLIENT_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -294,6 +310,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
             .layer(AuthLayer::new(options.auth.clone()))
+            .layer(MapResponseLayer::new(too_large_response))
             .add_service(health_service)
             .add_service(service)
             .serve_with_incoming_shutdown(incoming(listener, tls), async move {

@@ -118,6 +118,49 @@ async fn an_oversized_message_is_refused_and_the_server_stays_healthy() {
     };
     assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
     assert!(err.message().contains("too large"), "{err}");
+    // A unary call: refused before any handler runs.
+    let descriptor = FlightDescriptor::new_cmd(vec![b'x'; limit + 1]);
+    let err = flight.get_flight_info(descriptor).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert!(err.message().contains("16 MiB"), "{err}");
     let mut client = client(&server).await;
     assert_eq!(query(&mut client, "SELECT 1").await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_query_quota_is_refused_until_one_ends() {
+    let (_dir, tables) = tpch_data(0.01);
+    let mut options = support::test_options(vec![], tables);
+    options.max_queries_per_user = 1;
+    let server = support::coordinator_with(options).await;
+    let mut client = client(&server).await;
+    let running = start_large_query(&mut client).await;
+    // Planning is not counted: the ticket is refused at DoGet, and kept.
+    let info = client.execute("SELECT 1".to_string(), None).await.unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let err = client.do_get(ticket.clone()).await.unwrap_err();
+    let err = support::to_status(err);
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert!(err.message().contains("--max-queries-per-user"), "{err}");
+    let err = client
+        .execute_update("CREATE TABLE t AS SELECT 1".to_string(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(support::to_status(err).code(), Code::ResourceExhausted);
+    drop(running);
+    // The slot is the stream's: free once the client lets go of it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let stream = loop {
+        match client.do_get(ticket.clone()).await {
+            Ok(stream) => break stream,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert_eq!(support::to_status(e).code(), Code::ResourceExhausted);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the quota was not given back: {e}"),
+        }
+    };
+    use futures::TryStreamExt;
+    let batches: Vec<_> = stream.try_collect().await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
 }

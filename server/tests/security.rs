@@ -15,6 +15,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 use squadron_proto::v1::CleanUpJobRequest;
 use squadron_server::security::ClientTlsFiles;
+use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::tls::generate::{generate, DevCerts};
 use squadron_worker::tls::{ClusterTlsFiles, CLUSTER_DOMAIN};
 use support::{
@@ -351,4 +352,54 @@ fn without_tls_or_insecure_the_binaries_refuse_to_start() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("--insecure"), "{stderr}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_create_external_tables_only_under_the_data_roots() {
+    let (data, tables) = tpch_data(0.01);
+    let catalog = tempfile::tempdir().unwrap();
+    let nation = data.path().join("nation.parquet");
+    let mut options = test_options(vec![], tables.clone());
+    options.data_dir = Some(catalog.path().to_path_buf());
+    options.table_roots = Some(DataRoots::new(&[data.path().to_path_buf()]).unwrap());
+    let server = coordinator_with(options).await;
+    let mut client = support::client(&server).await;
+    let create = |name: &str, location: &str| {
+        format!("CREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{location}'")
+    };
+
+    let sql = create("inside", nation.to_str().unwrap());
+    client.execute_update(sql, None).await.unwrap();
+    let got = query(&mut client, "SELECT count(*) AS n FROM inside")
+        .await
+        .unwrap();
+    let expected = oracle(
+        &oracle_context(&tables).await,
+        "SELECT count(*) AS n FROM nation",
+    )
+    .await;
+    assert_eq!(
+        pretty_format_batches(&got).unwrap().to_string(),
+        pretty_format_batches(&expected).unwrap().to_string()
+    );
+
+    let escape = format!("{}/../../etc/passwd", data.path().display());
+    for location in ["/etc/passwd", "/etc", escape.as_str()] {
+        let sql = create("outside", location);
+        let err = support::to_status(client.execute_update(sql, None).await.unwrap_err());
+        assert_eq!(err.code(), Code::PermissionDenied, "{location}: {err}");
+        assert!(err.message().contains("--data-root"), "{err}");
+    }
+    assert!(query(&mut client, "SELECT 1 FROM outside").await.is_err());
+
+    // Without roots (a secure server without --data-root): nowhere.
+    let mut options = test_options(vec![], tables);
+    options.data_dir = Some(catalog.path().to_path_buf());
+    options.table_roots = None;
+    let server = coordinator_with(options).await;
+    let mut client = support::client(&server).await;
+    let sql = create("anywhere", nation.to_str().unwrap());
+    let err = support::to_status(client.execute_update(sql, None).await.unwrap_err());
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    assert!(err.message().contains("external tables are off"), "{err}");
 }

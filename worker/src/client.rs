@@ -43,9 +43,13 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 pub const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
+/// Peer channels kept open at once; far more than a cluster has workers.
+pub const MAX_CHANNELS: usize = 1024;
+
 #[derive(Debug, Clone, Default)]
 pub struct PeerClients {
-    // Bounded by the set of worker URLs the resolver ever returned.
+    /// At most `MAX_CHANNELS`: workers come and go under a dynamic
+    /// resolver, and a channel to one long gone is dropped to make room.
     channels: Arc<DashMap<String, Channel>>,
     /// Mutual TLS with the cluster CA; plaintext when `None` (insecure mode).
     tls: Option<ClusterClientTls>,
@@ -96,6 +100,14 @@ impl PeerClients {
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
         let channel = endpoint.connect_lazy();
+        if self.channels.len() >= MAX_CHANNELS {
+            // Any one: a channel still in use stays alive in its callers
+            // and is re-created on next use.
+            let evicted = self.channels.iter().next().map(|e| e.key().clone());
+            if let Some(evicted) = evicted {
+                self.channels.remove(&evicted);
+            }
+        }
         self.channels.insert(url.to_string(), channel.clone());
         Ok(channel)
     }
@@ -108,6 +120,11 @@ impl PeerClients {
         }
     }
 
+    /// Channels kept now.
+    pub fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
     pub fn flight(&self, url: &str) -> Result<FlightServiceClient<Channel>> {
         Ok(FlightServiceClient::new(self.channel(url)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -118,5 +135,24 @@ impl PeerClients {
         Ok(WorkerServiceClient::new(self.channel(url)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn channels_to_many_peers_stay_bounded() {
+        let clients = PeerClients::new(None);
+        for port in 0..MAX_CHANNELS + 50 {
+            clients
+                .channel(&format!("http://127.0.0.1:{}", 10_000 + port))
+                .unwrap();
+        }
+        assert_eq!(clients.channels(), MAX_CHANNELS);
+        // The newest is kept.
+        let newest = format!("http://127.0.0.1:{}", 10_000 + MAX_CHANNELS + 49);
+        assert!(clients.channels.contains_key(&newest));
     }
 }

@@ -1,7 +1,8 @@
 //! The worker's RunTask contract, spoken to directly: a mismatched engine or
 //! protocol is refused with FAILED_PRECONDITION naming both sides, a second
 //! task with a live key is refused with ALREADY_EXISTS (never overwritten),
-//! and dropping the RunTask stream frees the task's unread output streams.
+//! dropping the RunTask stream frees the task's unread output streams, and
+//! a stream is handed out only for a ticket signed by its job's secret.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,11 +14,16 @@ use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 use squadron_proto::v1::{OutputDistribution, RunTaskRequest, TaskDefinition, TaskKey, TaskState};
 use squadron_proto::PROTOCOL_VERSION;
 use squadron_worker::plan::encode_plan;
+use squadron_worker::stream::StreamSecret;
 use squadron_worker::version::engine_build;
 use squadron_worker::{spawn_worker, WorkerOptions};
 use tonic::Code;
 
 fn request(job: &str) -> RunTaskRequest {
+    request_signed_by(job, &StreamSecret::generate().1)
+}
+
+fn request_signed_by(job: &str, secret: &[u8]) -> RunTaskRequest {
     let plan = encode_plan(Arc::new(PlaceholderRowExec::new(Arc::new(Schema::empty())))).unwrap();
     RunTaskRequest {
         key: Some(TaskKey {
@@ -39,6 +45,7 @@ fn request(job: &str) -> RunTaskRequest {
         protocol_version: PROTOCOL_VERSION,
         engine_build: engine_build(),
         own_url: String::new(),
+        stream_secret: secret.to_vec(),
     }
 }
 
@@ -85,4 +92,57 @@ async fn run_task_refuses_mismatches_and_duplicates_and_frees_on_drop() {
         again.message().await.unwrap().unwrap().state(),
         TaskState::Accepted
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_served_only_for_a_ticket_signed_by_its_job() {
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    use arrow_flight::Ticket;
+    use futures::TryStreamExt;
+    use squadron_proto::StreamKey;
+
+    let (url, worker) = spawn_worker("127.0.0.1:0".parse().unwrap(), WorkerOptions::default())
+        .await
+        .unwrap();
+    let mut control = WorkerServiceClient::connect(url.clone()).await.unwrap();
+    let (secret, bytes) = StreamSecret::generate();
+    let mut task = control
+        .run_task(request_signed_by("j1", &bytes))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        task.message().await.unwrap().unwrap().state(),
+        TaskState::Accepted
+    );
+    let key = StreamKey {
+        job_id: "j1".into(),
+        stage_id: 0,
+        partition: 0,
+        attempt: 0,
+        channel: 0,
+    };
+    let channel = tonic::transport::Channel::from_shared(url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut flight = FlightServiceClient::new(channel);
+    let unsigned = key.to_ticket(vec![]);
+    let mut altered = secret.ticket(&key);
+    *altered.last_mut().unwrap() ^= 1;
+    let (other, _) = StreamSecret::generate();
+    for forged in [unsigned, altered, other.ticket(&key)] {
+        let err = flight.do_get(Ticket::new(forged)).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    }
+    assert_eq!(worker.streams.len(), 1, "forged tickets take nothing");
+    let stream = flight
+        .do_get(Ticket::new(secret.ticket(&key)))
+        .await
+        .unwrap()
+        .into_inner();
+    let messages: Vec<_> = stream.try_collect().await.unwrap();
+    assert!(!messages.is_empty());
+    assert_eq!(worker.streams.len(), 0);
 }

@@ -123,6 +123,23 @@ fn too_large_is_exhausted(status: Status) -> Status {
     }
 }
 
+/// The same for every call: tonic refuses an oversized unary request
+/// before any handler runs, in a trailers-only response whose status is in
+/// the headers. (A tower `map_response` on the server.)
+pub fn too_large_response(
+    mut response: http::Response<tonic::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    if let Some(status) = Status::from_header_map(response.headers()) {
+        if status.code() == tonic::Code::OutOfRange {
+            let remapped = too_large_is_exhausted(status);
+            if remapped.code() != tonic::Code::OutOfRange {
+                let _ = remapped.add_header(response.headers_mut());
+            }
+        }
+    }
+    response
+}
+
 /// The action types a client may list, beyond Flight SQL's own.
 pub fn extra_action_types() -> Vec<ActionType> {
     [

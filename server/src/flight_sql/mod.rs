@@ -5,6 +5,7 @@ pub mod handles;
 pub mod metadata;
 pub mod poll;
 pub mod prepared;
+pub mod quotas;
 pub mod service;
 pub mod session_options;
 pub mod sessions;

@@ -109,7 +109,8 @@ impl SquadronFlightSql {
             .with_total_records(-1)
             .with_ordered(true);
         let job_id = self.state().signer.job_id(&id);
-        let stream = self.coordinator().execute(&job_id, planned).await?;
+        let slot = self.state().quotas.admit(caller)?;
+        let stream = self.run_query(slot, &job_id, planned).await?;
         let polled = Polled {
             info,
             stream: Mutex::new(Some(stream)),

@@ -40,6 +40,7 @@ use super::front::extra_action_types;
 use super::metadata;
 use super::poll::{new_poll_store, PollStore};
 use super::prepared::{Prepared, PreparedStore};
+use super::quotas::{QuotaSlot, UserQuotas};
 use super::session_options::{
     self, SetSessionOptionsRequest, CLOSE_SESSION, GET_SESSION_OPTIONS, SET_SESSION_OPTIONS,
 };
@@ -69,6 +70,8 @@ pub struct ClientState {
     pub prepared: PreparedStore,
     pub sessions: Sessions,
     pub polls: PollStore,
+    /// Queries each user has in flight.
+    pub quotas: UserQuotas,
     /// Signs the handles clients hold and binds them to their user.
     pub signer: Arc<HandleSigner>,
 }
@@ -88,7 +91,13 @@ impl ClientState {
 const REAP_EVERY: Duration = Duration::from_secs(15);
 
 impl SquadronFlightSql {
-    pub fn new(coordinator: Arc<Coordinator>, auth: Option<Arc<Authenticator>>) -> Self {
+    /// Serves `coordinator` to clients checked by `auth`, each user
+    /// running at most `max_queries_per_user` queries at once.
+    pub fn new(
+        coordinator: Arc<Coordinator>,
+        auth: Option<Arc<Authenticator>>,
+        max_queries_per_user: usize,
+    ) -> Self {
         let shared = Arc::clone(coordinator.shared_session());
         let signer = Arc::new(HandleSigner::random());
         let state = Arc::new(ClientState {
@@ -101,6 +110,7 @@ impl SquadronFlightSql {
                 DEFAULT_CAPACITY,
             ),
             polls: new_poll_store(),
+            quotas: UserQuotas::new(max_queries_per_user),
             signer,
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -222,6 +232,21 @@ impl SquadronFlightSql {
             .to_string()
     }
 
+    /// Runs `planned` as job `job_id`; it counts against its caller's
+    /// quota (`slot`, taken before anything the retry needs is consumed)
+    /// until its stream is dropped.
+    pub(super) async fn run_query(
+        &self,
+        slot: QuotaSlot,
+        job_id: &str,
+        planned: PlannedQuery,
+    ) -> Result<FlightDataStream, Status> {
+        let stream = self.coordinator.execute(job_id, planned).await?;
+        Ok(Box::pin(stream.inspect(move |_| {
+            let _counted_until_dropped = &slot;
+        })))
+    }
+
     /// The prepared statement a handle `caller` holds names.
     pub(super) fn prepared_of(&self, caller: &Caller, handle: &[u8]) -> Result<Prepared, Status> {
         self.state.prepared.get(&self.id_of(caller, handle))
@@ -230,6 +255,7 @@ impl SquadronFlightSql {
     /// Runs DDL/DML or SET statements (one per bound parameter row) for
     /// `caller`; returns the rows they wrote.
     async fn run_updates(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
+        let _slot = self.state.quotas.admit(caller)?;
         let mut total = 0;
         for plan in plans {
             if changes_session(&plan) {
@@ -400,9 +426,10 @@ impl FlightSqlService for SquadronFlightSql {
         // redeem the command itself.
         let caller = Caller::of(&request);
         let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
+        let slot = self.state.quotas.admit(&caller)?;
         let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
         let job_id = uuid::Uuid::new_v4().to_string();
-        let stream = self.coordinator.execute(&job_id, planned).await?;
+        let stream = self.run_query(slot, &job_id, planned).await?;
         Ok(Response::new(stream))
     }
 
@@ -441,7 +468,9 @@ impl FlightSqlService for SquadronFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let session = self.state.sessions.current(&Caller::of(&request));
+        let caller = Caller::of(&request);
+        let _slot = self.state.quotas.admit(&caller)?;
+        let session = self.state.sessions.current(&caller);
         let mut stream = FlightRecordBatchStream::new_from_flight_data(
             request.into_inner().map_err(FlightError::from),
         );
@@ -722,14 +751,16 @@ impl FlightSqlService for SquadronFlightSql {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<FlightDataStream>, Status> {
-        let id = self.id_of(&Caller::of(&request), &ticket.statement_handle);
+        let caller = Caller::of(&request);
+        let id = self.id_of(&caller, &ticket.statement_handle);
         let polled = self.state.polls.with(&id, |p| p.take_stream()).flatten();
         if let Some(stream) = polled {
             return Ok(Response::new(stream));
         }
+        let slot = self.state.quotas.admit(&caller)?;
         let planned = self.state.statements.take(&id)?;
         let job_id = self.state.signer.job_id(&id);
-        let stream = self.coordinator.execute(&job_id, planned).await?;
+        let stream = self.run_query(slot, &job_id, planned).await?;
         Ok(Response::new(stream))
     }
 

@@ -54,6 +54,26 @@ impl Caller {
         &self.user
     }
 
+    /// Whom per-user limits count: the user, or without authentication
+    /// `@` and the client's IP address (every connection from it).
+    pub fn quota_key(&self) -> String {
+        if !self.user.is_empty() {
+            return self.user.clone();
+        }
+        match self.peer {
+            Some(peer) => format!("@{}", peer.ip()),
+            None => "@unknown".to_string(),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn for_user(user: &str) -> Self {
+        Self {
+            user: user.to_string(),
+            ..Self::default()
+        }
+    }
+
     /// The key of the caller's connection: a user's session is never
     /// another's, even behind one address.
     fn peer_key(&self) -> Option<String> {

@@ -66,7 +66,8 @@ pub async fn stream_output(
             channel: 0,
         };
         let url = placement.worker_of(final_stage.id, partition).to_string();
-        fetch_raw_stream(clients.clone(), url, key).boxed()
+        let ticket = job.secret.ticket(&key);
+        fetch_raw_stream(clients.clone(), url, key, ticket).boxed()
     });
     let mut merged = futures::stream::select_all(streams);
     // Closed once every task monitor ended without a failure.

@@ -25,6 +25,7 @@ use squadron_proto::v1::{
 };
 use squadron_proto::PROTOCOL_VERSION;
 use squadron_worker::client::PeerClients;
+use squadron_worker::stream::StreamSecret;
 use squadron_worker::version::engine_build;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -63,6 +64,8 @@ impl TaskFailure {
 pub struct JobAttempt {
     pub job_id: String,
     pub attempt: u32,
+    /// Signs the attempt's stream tickets (sent to its tasks).
+    pub secret: StreamSecret,
     pub failures: mpsc::Receiver<TaskFailure>,
     monitors: JoinSet<()>,
     workers: Vec<String>,
@@ -127,9 +130,11 @@ pub async fn start_job(
     progress: &Arc<JobProgress>,
 ) -> Result<JobAttempt, TaskFailure> {
     let (failure_tx, failures) = mpsc::channel(graph.task_count().max(1));
+    let (secret, secret_bytes) = StreamSecret::generate();
     let mut job = JobAttempt {
         job_id: job_id.to_string(),
         attempt,
+        secret,
         failures,
         monitors: JoinSet::new(),
         workers: placement.workers_used(),
@@ -149,6 +154,7 @@ pub async fn start_job(
             );
             request.engine_build = engine.clone();
             request.own_url = url.clone();
+            request.stream_secret = secret_bytes.clone();
             dispatch(clients, url, request)
         })
     });
@@ -324,6 +330,7 @@ fn task_request(
         protocol_version: PROTOCOL_VERSION,
         engine_build: String::new(),
         own_url: String::new(),
+        stream_secret: vec![],
     }
 }
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::tls::ClusterTlsFiles;
 
 use super::auth::Authenticator;
@@ -73,6 +74,13 @@ pub struct SecurityArgs {
     #[arg(long, default_value_t = 3600)]
     pub token_ttl: u64,
 
+    /// Where clients may create external tables (`CREATE EXTERNAL TABLE …
+    /// LOCATION`): a directory, or an object store URL prefix such as
+    /// s3://bucket/tables. Repeatable. Without it, anywhere with --insecure
+    /// and nowhere otherwise. (Workers have their own --data-root.)
+    #[arg(long = "data-root", value_name = "DIR|URL")]
+    pub data_roots: Vec<PathBuf>,
+
     /// Serve plaintext without authentication, for a laptop or a trusted
     /// network (--demo implies it). Without it the server refuses to start
     /// unless TLS and the cluster's mutual TLS are configured.
@@ -86,6 +94,8 @@ pub struct Security {
     pub tls: Option<ClientTlsFiles>,
     pub cluster_tls: Option<ClusterTlsFiles>,
     pub auth: Option<Arc<Authenticator>>,
+    /// Where clients may create external tables; `None`: nowhere.
+    pub table_roots: Option<DataRoots>,
 }
 
 /// A secret from a file: its bytes without a trailing newline, at least 32.
@@ -143,10 +153,18 @@ impl SecurityArgs {
                 missing.join(" and ")
             );
         }
+        let table_roots = if !self.data_roots.is_empty() {
+            Some(DataRoots::new(&self.data_roots)?)
+        } else if insecure {
+            Some(DataRoots::default())
+        } else {
+            None
+        };
         Ok(Security {
             tls,
             cluster_tls,
             auth,
+            table_roots,
         })
     }
 

@@ -62,6 +62,9 @@ pub async fn run_update(
             create_table(coord, &name, create.temporary, schema, batches).await
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(ref create)) => {
+            for location in &create.locations {
+                coord.check_table_location(location)?;
+            }
             let (name, definition, temporary) = (
                 full_name(session, &create.name),
                 create.definition.clone(),

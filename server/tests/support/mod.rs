@@ -203,7 +203,7 @@ pub async fn start_large_query(
     stream
 }
 
-fn to_status(e: arrow_flight::error::FlightError) -> Status {
+pub fn to_status(e: arrow_flight::error::FlightError) -> Status {
     match e {
         arrow_flight::error::FlightError::Tonic(s) => *s,
         other => Status::unknown(other.to_string()),

@@ -42,6 +42,30 @@ impl DataRoots {
         Ok(Self { roots })
     }
 
+    /// Whether no root is set (anything may be read).
+    pub fn is_unrestricted(&self) -> bool {
+        self.roots.is_empty()
+    }
+
+    /// Whether a table `LOCATION` (a URL, an absolute or relative path, a
+    /// glob) lies under a root. A path is resolved as the process sees
+    /// it, through symbolic links of the part that exists, so neither
+    /// `..` nor a link can widen a root.
+    pub fn allows_location(&self, location: &str) -> bool {
+        if self.roots.is_empty() {
+            return true;
+        }
+        if location.contains("://") && !location.starts_with("file://") {
+            let path = location.split_once("://").map_or("", |(_, rest)| rest);
+            return !has_parent_step(path) && self.allows(location.trim_end_matches('/'));
+        }
+        let path = Path::new(location.strip_prefix("file://").unwrap_or(location));
+        match resolve_existing_prefix(path) {
+            Some(resolved) => self.allows(&format!("file://{}", resolved.display())),
+            None => false,
+        }
+    }
+
     fn allows(&self, url: &str) -> bool {
         self.roots.is_empty()
             || self.roots.iter().any(|root| {
@@ -79,6 +103,25 @@ pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<()
         check_plan(child, roots)?;
     }
     Ok(())
+}
+
+/// `path` made absolute, with its longest existing prefix canonicalized
+/// and the rest (a file still to be listed, a glob) kept as written;
+/// `None` when that rest steps up with `..`.
+fn resolve_existing_prefix(path: &Path) -> Option<PathBuf> {
+    let absolute = std::env::current_dir().ok()?.join(path);
+    let mut existing = absolute.as_path();
+    let mut rest = vec![];
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(existing) {
+            if has_parent_step(&rest.iter().rev().collect::<PathBuf>().to_string_lossy()) {
+                return None;
+            }
+            return Some(rest.iter().rev().fold(canonical, |p, c| p.join(c)));
+        }
+        rest.push(existing.file_name()?.to_os_string());
+        existing = existing.parent()?;
+    }
 }
 
 /// Object store paths are normalized, but a `..` must never widen a root.
@@ -137,5 +180,35 @@ mod tests {
         );
         assert!(!sibling.allows(&prefix));
         assert!(DataRoots::new(&["/no/such/root".into()]).is_err());
+    }
+
+    #[test]
+    fn table_locations_are_checked_after_resolving_links_and_dots() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("sales")).unwrap();
+        let roots = DataRoots::new(&[root.path().to_path_buf()]).unwrap();
+        let under = |rest: &str| format!("{}/{rest}", root.path().display());
+        assert!(roots.allows_location(&under("sales")));
+        assert!(roots.allows_location(&under("sales/")));
+        assert!(roots.allows_location(&under("sales/*.parquet")));
+        assert!(roots.allows_location(&under("not-yet/t.csv")));
+        assert!(roots.allows_location(&format!("file://{}", under("sales"))));
+        assert!(!roots.allows_location(&under("sales/../../etc/passwd")));
+        assert!(!roots.allows_location(&under("nothing/../../x")));
+        assert!(!roots.allows_location(outside.path().to_str().unwrap()));
+        assert!(!roots.allows_location("/etc/passwd"));
+        assert!(!roots.allows_location("s3://bucket/data"));
+        // A link inside the root to a directory outside it.
+        let link = root.path().join("escape");
+        std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+        assert!(!roots.allows_location(link.to_str().unwrap()));
+
+        let stores = DataRoots::new(&["s3://bucket/data".into()]).unwrap();
+        assert!(stores.allows_location("s3://bucket/data/lineitem/"));
+        assert!(!stores.allows_location("s3://bucket/data2"));
+        assert!(!stores.allows_location("s3://bucket/data/../secret"));
+        assert!(!stores.allows_location("/tmp"));
+        assert!(DataRoots::default().allows_location("/etc/passwd"));
     }
 }

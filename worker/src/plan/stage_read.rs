@@ -29,7 +29,7 @@ use crate::client::PeerClients;
 use crate::error::upstream_error;
 use crate::stream::fetch::fetch_stream;
 use crate::stream::manager::REGISTRATION_WAIT;
-use crate::stream::{PendingStream, StreamManager};
+use crate::stream::{PendingStream, StreamManager, StreamSecret};
 
 /// The upstream task locations one task attempt reads from.
 #[derive(Debug, Clone)]
@@ -46,6 +46,8 @@ pub struct StageBinding {
     /// The URL the coordinator knows this worker by: upstream tasks there
     /// ran here, even if they have not registered their streams yet.
     pub own_url: String,
+    /// Signs the tickets of streams read from peers.
+    pub secret: StreamSecret,
 }
 
 #[derive(Debug)]
@@ -265,7 +267,10 @@ impl ExecutionPlan for StageReadExec {
                 None if url == binding.own_url => {
                     late_local_stream(binding.local.clone(), key).boxed()
                 }
-                None => fetch_stream(binding.clients.clone(), url, key).boxed(),
+                None => {
+                    let ticket = binding.secret.ticket(&key);
+                    fetch_stream(binding.clients.clone(), url, key, ticket).boxed()
+                }
             });
         // Read all upstream streams at once: a producer blocked on one
         // consumer's full buffer must never wait for a stream read later.
@@ -284,9 +289,12 @@ fn late_local_stream(
     key: StreamKey,
 ) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static {
     futures::stream::once(async move {
-        match local.take_when_registered(&key, REGISTRATION_WAIT).await {
-            Some(pending) => local_stream(pending, key).boxed(),
-            None => {
+        match local
+            .take_when_registered(&key, REGISTRATION_WAIT, None)
+            .await
+        {
+            Ok(Some(pending)) => local_stream(pending, key).boxed(),
+            Ok(None) | Err(_) => {
                 let status = tonic::Status::not_found(format!(
                     "task stream {key} was not registered within {REGISTRATION_WAIT:?}"
                 ));

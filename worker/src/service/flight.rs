@@ -90,14 +90,14 @@ impl FlightService for WorkerFlight {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         let ticket = request.into_inner();
-        let key = StreamKey::from_ticket(&ticket.ticket)
+        let (key, signature) = StreamKey::from_ticket(&ticket.ticket)
             .ok_or_else(|| Status::invalid_argument("the ticket is not a task stream ticket"))?;
         // The producer may not have registered yet: its task was sent at
         // the same time as the consumer's.
         let pending = self
             .streams
-            .take_when_registered(&key, REGISTRATION_WAIT)
-            .await
+            .take_when_registered(&key, REGISTRATION_WAIT, Some(&signature))
+            .await?
             .ok_or_else(|| {
                 Status::not_found(format!(
                     "no task stream {key} on this worker (none registered within {REGISTRATION_WAIT:?})"

@@ -39,9 +39,10 @@ pub fn fetch_stream(
     clients: PeerClients,
     url: String,
     key: StreamKey,
+    ticket: Vec<u8>,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
     let messages =
-        verified_messages(clients.clone(), url.clone(), key.clone()).map_ok(|(data, _rows)| data);
+        verified_messages(clients.clone(), url.clone(), ticket).map_ok(|(data, _rows)| data);
     read_ahead(
         clients,
         url,
@@ -57,20 +58,22 @@ pub fn fetch_raw_stream(
     clients: PeerClients,
     url: String,
     key: StreamKey,
+    ticket: Vec<u8>,
 ) -> impl Stream<Item = Result<(FlightData, u64)>> + Send + 'static {
-    let messages = verified_messages(clients.clone(), url.clone(), key.clone())
+    let messages = verified_messages(clients.clone(), url.clone(), ticket)
         .try_filter_map(|(data, rows)| futures::future::ready(Ok(rows.map(|rows| (data, rows)))));
     read_ahead(clients, url, key, messages)
 }
 
-/// DoGet, with the completion marker stripped and checked against the rows
+/// DoGet of `ticket` (the stream's key, signed by its job attempt's
+/// secret), with the completion marker stripped and checked against the rows
 /// the IPC headers announced; the check fails the stream at its end. Each
 /// message comes with its rows when it is a record batch (its header is
 /// read once, here).
 fn verified_messages(
     clients: PeerClients,
     url: String,
-    key: StreamKey,
+    ticket: Vec<u8>,
 ) -> impl Stream<Item = std::result::Result<(FlightData, Option<u64>), FlightError>> + Send + 'static
 {
     let seen = EndSeen::default();
@@ -82,7 +85,7 @@ fn verified_messages(
             .flight(&url)
             .map_err(|e| FlightError::ExternalError(Box::new(e)))?;
         let response = client
-            .do_get(Ticket::new(key.to_ticket()))
+            .do_get(Ticket::new(ticket))
             .await
             .map_err(|status| FlightError::Tonic(Box::new(status)))?;
         Ok::<_, FlightError>(

@@ -23,11 +23,14 @@ use tokio::sync::Notify;
 use tonic::Status;
 
 use super::channel::OutputReader;
+use super::secret::StreamSecret;
 
 /// A registered stream not yet fetched.
 pub struct PendingStream {
     pub schema: SchemaRef,
     pub reader: OutputReader,
+    /// Signs the tickets of the stream's job attempt.
+    secret: StreamSecret,
 }
 
 /// How long a lookup waits for a stream's producer to register it.
@@ -49,11 +52,13 @@ impl std::fmt::Debug for StreamManager {
 
 impl StreamManager {
     /// Registers the readers of one task's channels, all or none: a key
-    /// that is already registered is refused, never overwritten.
+    /// that is already registered is refused, never overwritten. Tickets
+    /// for them must be signed with `secret`.
     pub fn register(
         &self,
         streams: Vec<(StreamKey, OutputReader)>,
         schema: &SchemaRef,
+        secret: &StreamSecret,
     ) -> Result<(), Status> {
         let mut registered = Vec::with_capacity(streams.len());
         for (key, reader) in streams {
@@ -65,6 +70,7 @@ impl StreamManager {
                     slot.insert(PendingStream {
                         schema: Arc::clone(schema),
                         reader,
+                        secret: secret.clone(),
                     });
                     true
                 }
@@ -86,12 +92,39 @@ impl StreamManager {
         self.pending.remove(key).map(|(_, stream)| stream)
     }
 
-    /// Takes a stream, waiting up to `within` for it to be registered.
+    /// Takes a stream for a ticket signed with `signature` (a peer's
+    /// DoGet), or for a task of this worker (`None`). A wrong signature
+    /// leaves the stream to its rightful reader.
+    fn take_signed(
+        &self,
+        key: &StreamKey,
+        signature: Option<&[u8]>,
+    ) -> Result<Option<PendingStream>, Status> {
+        let Some(signature) = signature else {
+            return Ok(self.take(key));
+        };
+        if let Some((_, stream)) = self
+            .pending
+            .remove_if(key, |_, stream| stream.secret.verifies(key, signature))
+        {
+            return Ok(Some(stream));
+        }
+        if self.pending.contains_key(key) {
+            return Err(Status::permission_denied(format!(
+                "the ticket for task stream {key} is not signed by its job"
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Takes a stream as `take_signed` does, waiting up to `within` for it
+    /// to be registered.
     pub async fn take_when_registered(
         &self,
         key: &StreamKey,
         within: Duration,
-    ) -> Option<PendingStream> {
+        signature: Option<&[u8]>,
+    ) -> Result<Option<PendingStream>, Status> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             // Listen before looking, so a registration in between is not
@@ -99,11 +132,11 @@ impl StreamManager {
             let notified = self.registered.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(stream) = self.take(key) {
-                return Some(stream);
+            if let Some(stream) = self.take_signed(key, signature)? {
+                return Ok(Some(stream));
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.take(key);
+                return self.take_signed(key, signature);
             }
         }
     }
@@ -158,11 +191,16 @@ mod tests {
         Arc::new(Schema::empty())
     }
 
+    fn secret() -> StreamSecret {
+        StreamSecret::generate().0
+    }
+
     #[test]
     fn a_stream_is_taken_once() {
         let m = StreamManager::default();
         let r = readers(1).pop().unwrap();
-        m.register(vec![(key("j", 0, 0), r)], &schema()).unwrap();
+        m.register(vec![(key("j", 0, 0), r)], &schema(), &secret())
+            .unwrap();
         assert!(m.take(&key("j", 0, 0)).is_some());
         assert!(m.take(&key("j", 0, 0)).is_none());
         assert!(m.is_empty());
@@ -174,8 +212,9 @@ mod tests {
         let waiting = {
             let m = m.clone();
             tokio::spawn(async move {
-                m.take_when_registered(&key("j", 0, 0), Duration::from_secs(10))
+                m.take_when_registered(&key("j", 0, 0), Duration::from_secs(10), None)
                     .await
+                    .unwrap()
                     .is_some()
             })
         };
@@ -184,19 +223,25 @@ mod tests {
         m.register(
             vec![(key("other", 0, 0), readers(1).pop().unwrap())],
             &schema(),
+            &secret(),
         )
         .unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiting.is_finished());
-        m.register(vec![(key("j", 0, 0), readers(1).pop().unwrap())], &schema())
-            .unwrap();
+        m.register(
+            vec![(key("j", 0, 0), readers(1).pop().unwrap())],
+            &schema(),
+            &secret(),
+        )
+        .unwrap();
         assert!(waiting.await.unwrap(), "the late stream was handed over");
         assert_eq!(m.len(), 1);
 
         let start = std::time::Instant::now();
         let bogus = m
-            .take_when_registered(&key("never", 0, 0), Duration::from_millis(50))
-            .await;
+            .take_when_registered(&key("never", 0, 0), Duration::from_millis(50), None)
+            .await
+            .unwrap();
         assert!(bogus.is_none());
         assert!(start.elapsed() >= Duration::from_millis(50));
         assert_eq!(m.len(), 1, "a waiter leaves nothing behind");
@@ -206,11 +251,16 @@ mod tests {
     fn a_duplicate_key_is_refused_and_nothing_is_half_registered() {
         let m = StreamManager::default();
         let r = readers(1).pop().unwrap();
-        m.register(vec![(key("j", 0, 1), r)], &schema()).unwrap();
+        m.register(vec![(key("j", 0, 1), r)], &schema(), &secret())
+            .unwrap();
         let mut two = readers(2);
         let (b, a) = (two.pop().unwrap(), two.pop().unwrap());
         let err = m
-            .register(vec![(key("j", 0, 0), a), (key("j", 0, 1), b)], &schema())
+            .register(
+                vec![(key("j", 0, 0), a), (key("j", 0, 1), b)],
+                &schema(),
+                &secret(),
+            )
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::AlreadyExists);
         assert_eq!(
@@ -220,12 +270,39 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_ticket_not_signed_by_the_job_gets_nothing_and_leaves_the_stream() {
+        let m = StreamManager::default();
+        let (job, other) = (secret(), secret());
+        m.register(
+            vec![(key("j", 0, 0), readers(1).pop().unwrap())],
+            &schema(),
+            &job,
+        )
+        .unwrap();
+        let wait = Duration::from_millis(10);
+        let forged = other.sign(&key("j", 0, 0));
+        let err = m
+            .take_when_registered(&key("j", 0, 0), wait, Some(&forged))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        assert_eq!(m.len(), 1, "the stream waits for its rightful reader");
+        let signed = job.sign(&key("j", 0, 0));
+        let taken = m
+            .take_when_registered(&key("j", 0, 0), wait, Some(&signed))
+            .await
+            .unwrap();
+        assert!(taken.is_some());
+    }
+
     #[test]
     fn cleaning_an_attempt_drops_only_its_streams() {
         let m = StreamManager::default();
         for (job, attempt) in [("a", 0), ("a", 1), ("b", 0)] {
             let r = readers(1).pop().unwrap();
-            m.register(vec![(key(job, attempt, 0), r)], &schema())
+            m.register(vec![(key(job, attempt, 0), r)], &schema(), &secret())
                 .unwrap();
         }
         assert_eq!(m.drop_job("a", 0), 1);

@@ -7,8 +7,10 @@ pub mod fetch;
 pub mod flight_batches;
 pub mod ipc_header;
 pub mod manager;
+pub mod secret;
 pub mod writer;
 
 pub use channel::{output_channels, OutputReader, OutputWriter};
 pub use manager::{PendingStream, StreamManager};
+pub use secret::StreamSecret;
 pub use writer::{write_output, Router};

@@ -28,7 +28,9 @@ use crate::client::PeerClients;
 use crate::error::{is_upstream, status_code};
 use crate::plan::guard::{check_plan, DataRoots};
 use crate::plan::{decode_plan, StageBinding, StageReadExec};
-use crate::stream::{output_channels, write_output, OutputWriter, Router, StreamManager};
+use crate::stream::{
+    output_channels, write_output, OutputWriter, Router, StreamManager, StreamSecret,
+};
 use crate::version::engine_build;
 
 /// A task ready to run: its registry entry is reserved and its output
@@ -113,6 +115,7 @@ impl TaskRunner {
             .definition
             .as_ref()
             .ok_or_else(|| Status::invalid_argument("RunTask needs a task definition"))?;
+        let secret = StreamSecret::from_request(&request.stream_secret)?;
         let output = definition.output.unwrap_or_default();
         let channels = output.channels.max(1) as usize;
         let task_ctx = self.task_context(&definition.settings)?;
@@ -125,6 +128,7 @@ impl TaskRunner {
             &definition.inputs,
             &request.peers,
             &request.own_url,
+            &secret,
             self,
         )
         .map_err(|e| Status::invalid_argument(format!("cannot bind task inputs: {e}")))?;
@@ -193,7 +197,7 @@ impl TaskRunner {
             })
             .collect();
         let stream_keys = streams.iter().map(|(k, _)| k.clone()).collect();
-        self.streams.register(streams, &plan.schema())?;
+        self.streams.register(streams, &plan.schema(), &secret)?;
         Ok(PreparedTask {
             key: attempt,
             plan,
@@ -363,6 +367,7 @@ fn bind_inputs(
     inputs: &[StageInput],
     peers: &[String],
     own_url: &str,
+    secret: &StreamSecret,
     runner: &TaskRunner,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
@@ -392,6 +397,7 @@ fn bind_inputs(
             clients: runner.clients.clone(),
             local: runner.streams.clone(),
             own_url: own_url.to_string(),
+            secret: secret.clone(),
         })?;
         Ok(Transformed::yes(Arc::new(bound) as Arc<dyn ExecutionPlan>))
     })
