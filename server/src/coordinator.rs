@@ -28,6 +28,7 @@ use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::planner::local::reads_no_table;
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
+use crate::queries::QueryLog;
 use crate::scheduler::{Admission, JobProgress, JobReport, JobRunner, Placement};
 use crate::session::Session;
 use crate::updates::{is_update, run_update};
@@ -54,6 +55,16 @@ pub struct PlannedQuery {
     pub work: Work,
     /// The settings the planning session changed; its tasks carry them.
     pub settings: Vec<(String, String)>,
+}
+
+impl PlannedQuery {
+    /// Stages the query runs as on the workers (0 when it runs here).
+    pub fn stage_count(&self) -> usize {
+        match &self.work {
+            Work::Distributed(graph) => graph.stages.len(),
+            _ => 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +166,8 @@ pub struct Coordinator {
     running: Arc<DashMap<String, RunningJob>>,
     /// Where clients may create external tables; nowhere when `None`.
     table_roots: Option<DataRoots>,
+    /// Running and recently ended queries (`system.queries`).
+    queries: Arc<QueryLog>,
 }
 
 impl Coordinator {
@@ -168,7 +181,13 @@ impl Coordinator {
             catalog: None,
             running: Arc::new(DashMap::new()),
             table_roots: None,
+            queries: Arc::default(),
         }
+    }
+
+    /// Running and recently ended queries.
+    pub fn queries(&self) -> &Arc<QueryLog> {
+        &self.queries
     }
 
     /// Lets clients create external tables under `roots` (`--data-root`).
@@ -265,6 +284,18 @@ impl Coordinator {
                 parameters.join(", ")
             )));
         }
+        let started = Instant::now();
+        let planned = self.plan_physical(session, logical).await;
+        metrics::histogram!(crate::metrics::PLANNING_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        planned
+    }
+
+    async fn plan_physical(
+        &self,
+        session: &Arc<Session>,
+        logical: LogicalPlan,
+    ) -> Result<PlannedQuery, Status> {
         let state = session.ctx().state();
         let settings = session.changed_settings();
         match &logical {
@@ -397,7 +428,7 @@ impl Coordinator {
         };
         self.running.insert(job_id.clone(), job);
         let running = Arc::clone(&self.running);
-        tokio::spawn(async move {
+        let job = async move {
             let _slot = slot;
             let started = Instant::now();
             let run = runner.run(&job_id, &graph, &settings, &progress, &tx);
@@ -443,7 +474,9 @@ impl Coordinator {
             if let Some(placement) = &report.placement {
                 remember(&history, &job_id, &graph, placement, report.attempts);
             }
-        });
+        };
+        // The job's log lines carry the query's id (the caller's span).
+        tokio::spawn(tracing::Instrument::in_current_span(job));
         let first = futures::stream::once(std::future::ready(Ok(schema_message(&schema))));
         Ok(first.chain(ReceiverStream::new(rx)).boxed())
     }

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use squadron_server::catalog::{tpch, TableSpec};
+use squadron_server::cluster::Discovery;
+use squadron_server::health_check::HealthCheckArgs;
 use squadron_server::security::SecurityArgs;
 use squadron_server::{start, JobLimits, ServerOptions};
+use squadron_worker::logging::LogArgs;
 use squadron_worker::shutdown::parse_bytes;
 
 // See the workspace Cargo.toml: large per-query buffers are reused instead
@@ -25,6 +28,11 @@ struct Args {
     #[command(subcommand)]
     command: Option<Command>,
 
+    /// A TOML file of settings: keys are these flags' long names (see
+    /// docs/configuration.md). Flags and SQUADRON_* variables override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+
     #[command(flatten)]
     security: SecurityArgs,
 
@@ -35,6 +43,20 @@ struct Args {
     /// Remote workers (host:port or http://host:port), comma separated.
     #[arg(long, value_delimiter = ',')]
     workers: Vec<String>,
+
+    /// Discover workers from a file of URLs (one per line), re-read every
+    /// --discovery-interval.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["workers", "workers_dns"])]
+    workers_file: Option<PathBuf>,
+
+    /// Discover workers as every address of a DNS name (NAME:PORT, e.g. a
+    /// Kubernetes headless Service), resolved every --discovery-interval.
+    #[arg(long, value_name = "NAME:PORT", conflicts_with = "workers")]
+    workers_dns: Option<String>,
+
+    /// Seconds between refreshes of --workers-file or --workers-dns.
+    #[arg(long, default_value_t = 5.0)]
+    discovery_interval: f64,
 
     /// Embedded workers to start when --workers is not given.
     #[arg(long, default_value_t = 2)]
@@ -106,6 +128,13 @@ struct Args {
     /// On SIGTERM, seconds to let running queries finish before exiting.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
+
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
+
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -120,6 +149,9 @@ enum Command {
         #[command(subcommand)]
         action: UsersAction,
     },
+    /// Asks a coordinator or worker for its gRPC health; exits 0 when it
+    /// is SERVING (a Kubernetes exec probe).
+    HealthCheck(HealthCheckArgs),
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -150,8 +182,13 @@ enum CertsAction {
 }
 
 impl Command {
-    fn run(self) -> anyhow::Result<()> {
+    async fn run(self) -> anyhow::Result<()> {
         match self {
+            Command::HealthCheck(args) => {
+                squadron_server::health_check::check(&args).await?;
+                println!("{} is SERVING", args.url);
+                Ok(())
+            }
             Command::Certs {
                 action: CertsAction::Generate { out, hosts },
             } => {
@@ -189,12 +226,26 @@ fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    squadron_worker::logging::init();
-    let args = Args::parse();
+    let args: Args = squadron_worker::config::parse("SQUADRON_")?;
+    args.log.init()?;
     if let Some(command) = args.command {
-        return command.run();
+        return command.run().await;
     }
+    if let Some(listen) = args.metrics_listen {
+        squadron_worker::metrics::serve(listen)?;
+    }
+    squadron_server::metrics::describe();
     let security = args.security.security(args.demo)?;
+    let scheme = if security.cluster_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let discovery = match (args.workers_file, args.workers_dns) {
+        (Some(file), _) => Some(Discovery::File(file)),
+        (None, Some(name)) => Some(Discovery::Dns { name, scheme }),
+        (None, None) => None,
+    };
     let mut tables = args.tables;
     if args.demo {
         if args.demo_scale.is_nan() || args.demo_scale <= 0.0 {
@@ -211,6 +262,8 @@ async fn main() -> anyhow::Result<()> {
     let server = start(ServerOptions {
         listen: args.listen,
         workers: args.workers,
+        discovery,
+        discovery_interval: seconds(args.discovery_interval, "--discovery-interval")?,
         local_workers: args.local_workers,
         tables,
         partitions: args.partitions,

@@ -25,7 +25,9 @@ use tower::util::MapResponseLayer;
 
 use crate::catalog::persisted::PersistedCatalog;
 use crate::catalog::TableSpec;
-use crate::cluster::{normalize_url, StaticResolver, WorkerHealth, WorkerResolver};
+use crate::cluster::{
+    normalize_url, DiscoveredWorkers, Discovery, StaticResolver, WorkerHealth, WorkerResolver,
+};
 use crate::coordinator::JobLimits;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
@@ -52,8 +54,13 @@ pub const DEFAULT_MAX_QUERIES_PER_USER: usize = 64;
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub listen: SocketAddr,
-    /// Remote workers; when empty, `local_workers` are started in-process.
+    /// Remote workers; when empty (and no `discovery`), `local_workers`
+    /// are started in-process.
     pub workers: Vec<String>,
+    /// Workers found at run time instead of a fixed list.
+    pub discovery: Option<Discovery>,
+    /// How often `discovery` is refreshed.
+    pub discovery_interval: Duration,
     pub local_workers: usize,
     pub tables: Vec<TableSpec>,
     /// Partitions (tasks) per stage; default twice the number of workers.
@@ -89,6 +96,8 @@ impl Default for ServerOptions {
         Self {
             listen: "127.0.0.1:50051".parse().expect("valid address"),
             workers: vec![],
+            discovery: None,
+            discovery_interval: Duration::from_secs(5),
             local_workers: 2,
             tables: vec![],
             partitions: None,
@@ -215,11 +224,39 @@ fn default_partitions(local_workers: usize, workers: usize) -> usize {
     }
 }
 
+/// Keeps the coordinator's gRPC health (what load balancers probe) SERVING
+/// while at least one worker may take tasks, NOT_SERVING while none can.
+async fn follow_workers(
+    reporter: tonic_health::server::HealthReporter,
+    mut usable: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let status = if *usable.borrow_and_update() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        tracing::info!(?status, "coordinator health");
+        reporter.set_service_status("", status).await;
+        if usable.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Starts the coordinator (and its embedded workers when no remote ones
 /// are given) and returns once it accepts connections.
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let mut local_workers = vec![];
-    let workers = if options.workers.is_empty() {
+    let discovered = match &options.discovery {
+        Some(discovery) => Some(Arc::new(
+            DiscoveredWorkers::start(discovery.clone(), options.discovery_interval).await?,
+        )),
+        None => None,
+    };
+    let workers = if let Some(discovered) = &discovered {
+        discovered.get_urls()
+    } else if options.workers.is_empty() {
         if options.local_workers == 0 {
             anyhow::bail!("no workers: give --workers or --local-workers of at least 1");
         }
@@ -259,7 +296,10 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .await
             .map_err(|e| anyhow::anyhow!("table {}: {e}", table.name))?;
     }
-    let resolver: Arc<dyn WorkerResolver> = Arc::new(StaticResolver::new(workers.clone()));
+    let resolver: Arc<dyn WorkerResolver> = match discovered {
+        Some(discovered) => discovered,
+        None => Arc::new(StaticResolver::new(workers.clone())),
+    };
     let cluster_client = match &options.cluster_tls {
         Some(files) => Some(ClusterClientTls::load(files)?),
         None => None,
@@ -268,8 +308,8 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let health = WorkerHealth::new(clients.clone());
     let prober = health.spawn_prober(Arc::clone(&resolver), options.health_interval);
     let runner = JobRunner::new(
-        resolver,
-        health,
+        Arc::clone(&resolver),
+        health.clone(),
         clients,
         options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
@@ -281,6 +321,12 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     }
     crate::updates::restore(&coordinator).await?;
     let coordinator = Arc::new(coordinator);
+    crate::catalog::system::register(
+        coordinator.session(),
+        Arc::downgrade(&coordinator),
+        Arc::clone(&resolver),
+        health.clone(),
+    )?;
     let (tls, cert) = match &options.tls {
         Some(files) => {
             let cert = ReloadingCert::load(&files.cert, &files.key)?;
@@ -303,6 +349,10 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     health_reporter
         .set_service_status("", ServingStatus::Serving)
         .await;
+    let follower = AbortOnDropHandle::new(tokio::spawn(follow_workers(
+        health_reporter.clone(),
+        health.usable(),
+    )));
     let (tx, rx) = oneshot::channel::<()>();
     let handle = tokio::spawn(
         tonic::transport::Server::builder()
@@ -315,6 +365,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .add_service(service)
             .serve_with_incoming_shutdown(incoming(listener, tls), async move {
                 let _ = rx.await;
+                drop(follower);
                 health_reporter
                     .set_service_status("", ServingStatus::NotServing)
                     .await;

@@ -9,8 +9,10 @@
 //! - `client`: cached channels to peers
 
 pub mod client;
+pub mod config;
 pub mod error;
 pub mod logging;
+pub mod metrics;
 pub mod plan;
 pub mod server;
 pub mod service;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use squadron_worker::logging::LogArgs;
 use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::shutdown::{drain, parse_bytes, termination};
 use squadron_worker::task::Failpoint;
@@ -23,6 +24,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser, Debug)]
 #[command(name = "squadron-worker", version)]
 struct Args {
+    /// A TOML file of settings: keys are these flags' long names (see
+    /// docs/configuration.md). Flags and SQUADRON_WORKER_* variables
+    /// override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+
     /// Address to listen on (gRPC control, Flight streams, gRPC health).
     #[arg(long, default_value = "127.0.0.1:50061")]
     listen: SocketAddr,
@@ -59,12 +66,22 @@ struct Args {
     /// a laptop only; without it the worker needs the cluster TLS files.
     #[arg(long)]
     insecure: bool,
+
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
+
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    squadron_worker::logging::init();
-    let args = Args::parse();
+    let args: Args = squadron_worker::config::parse("SQUADRON_WORKER_")?;
+    args.log.init()?;
+    if let Some(listen) = args.metrics_listen {
+        squadron_worker::metrics::serve(listen)?;
+    }
     let failpoint = Failpoint::from_env()?.map(Arc::new);
     if failpoint.is_some() {
         tracing::warn!("test failpoint armed: this worker will fail on purpose");

@@ -107,6 +107,8 @@ impl Worker {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        crate::metrics::describe_worker();
+        let _memory = crate::metrics::report_memory(Arc::clone(&self.runtime));
         let runner = TaskRunner::new(
             self.streams.clone(),
             self.tasks.clone(),

@@ -1,6 +1,7 @@
 //! The tables the coordinator serves.
 
 pub mod persisted;
+pub mod system;
 pub mod tables;
 pub mod tpch;
 

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use futures::future::join_all;
@@ -43,6 +43,28 @@ pub struct WorkerHealth {
     // Counts losses, so running jobs learn of one at once (a paused worker
     // keeps its connections open: nothing else would tell them).
     losses: Arc<watch::Sender<u64>>,
+    // When each worker last answered SERVING (same bound as `lost`).
+    last_seen: Arc<DashMap<String, SystemTime>>,
+    // Tasks of running jobs placed on each worker (entries leave at zero).
+    placed: Arc<DashMap<String, usize>>,
+    // Whether at least one worker may take tasks, after the last probe
+    // round: the coordinator's own health follows it.
+    usable: Arc<watch::Sender<bool>>,
+}
+
+/// A task placed on a worker, counted there until dropped (with its job).
+pub struct PlacedTask {
+    placed: Arc<DashMap<String, usize>>,
+    url: String,
+}
+
+impl Drop for PlacedTask {
+    fn drop(&mut self) {
+        if let Some(mut n) = self.placed.get_mut(&self.url) {
+            *n = n.saturating_sub(1);
+        }
+        self.placed.remove_if(&self.url, |_, n| *n == 0);
+    }
 }
 
 impl WorkerHealth {
@@ -52,6 +74,49 @@ impl WorkerHealth {
             draining: Arc::new(DashMap::new()),
             clients,
             losses: Arc::new(watch::channel(0).0),
+            last_seen: Arc::default(),
+            placed: Arc::default(),
+            usable: Arc::new(watch::channel(true).0),
+        }
+    }
+
+    /// The channels to the workers (the ones probes use).
+    pub fn clients(&self) -> &PeerClients {
+        &self.clients
+    }
+
+    /// Whether any worker can take tasks; changes after each probe round.
+    pub fn usable(&self) -> watch::Receiver<bool> {
+        self.usable.subscribe()
+    }
+
+    /// How a worker is seen now: `healthy`, `draining` or `lost`.
+    pub fn state_of(&self, url: &str) -> &'static str {
+        if self.lost.contains_key(url) {
+            "lost"
+        } else if self.draining.contains_key(url) {
+            "draining"
+        } else {
+            "healthy"
+        }
+    }
+
+    /// When the worker last answered a probe SERVING.
+    pub fn last_seen(&self, url: &str) -> Option<SystemTime> {
+        self.last_seen.get(url).map(|t| *t)
+    }
+
+    /// Tasks of running jobs placed on the worker.
+    pub fn placed_tasks(&self, url: &str) -> usize {
+        self.placed.get(url).map_or(0, |n| *n)
+    }
+
+    /// Counts a task placed on `url` until the guard is dropped.
+    pub fn place_task(&self, url: &str) -> PlacedTask {
+        *self.placed.entry(url.to_string()).or_insert(0) += 1;
+        PlacedTask {
+            placed: Arc::clone(&self.placed),
+            url: url.to_string(),
         }
     }
 
@@ -95,6 +160,7 @@ impl WorkerHealth {
     }
 
     fn mark_healthy(&self, url: &str) {
+        self.last_seen.insert(url.to_string(), SystemTime::now());
         if let Some((_, since)) = self.lost.remove(url) {
             tracing::info!(url, lost_for = ?since.elapsed(), "worker is back");
         }
@@ -165,6 +231,7 @@ impl WorkerHealth {
                 let urls = resolver.get_urls();
                 health.lost.retain(|url, _| urls.contains(url));
                 health.draining.retain(|url, _| urls.contains(url));
+                health.last_seen.retain(|url, _| urls.contains(url));
                 misses.retain(|url, _| urls.contains(url));
                 for (url, probe) in probe_all(&health.clients, &urls).await {
                     if probe != Probe::Unreachable {
@@ -174,6 +241,14 @@ impl WorkerHealth {
                     }
                     health.record(url, probe, Some(misses.entry(url.clone()).or_default()));
                 }
+                let healthy = health.healthy(urls.clone()).len();
+                metrics::gauge!(crate::metrics::WORKERS_KNOWN).set(urls.len() as f64);
+                metrics::gauge!(crate::metrics::WORKERS_HEALTHY).set(healthy as f64);
+                health.usable.send_if_modified(|usable| {
+                    let changed = *usable != (healthy > 0);
+                    *usable = healthy > 0;
+                    changed
+                });
             }
         }))
     }

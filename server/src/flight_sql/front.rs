@@ -12,6 +12,7 @@ use arrow_flight::{
 use tonic::{Request, Response, Status, Streaming};
 
 use super::service::SquadronFlightSql;
+use crate::metrics::{command_of, flight_request, known_command};
 
 type Sql = SquadronFlightSql;
 
@@ -40,72 +41,97 @@ impl FlightService for SquadronFlight {
         &self,
         request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        FlightService::handshake(&*self.sql, request).await
+        let result = FlightService::handshake(&*self.sql, request).await;
+        flight_request("Handshake", "-", &result);
+        result
     }
 
     async fn list_flights(
         &self,
         request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
-        FlightService::list_flights(&*self.sql, request).await
+        let result = FlightService::list_flights(&*self.sql, request).await;
+        flight_request("ListFlights", "-", &result);
+        result
     }
 
     async fn get_flight_info(
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        FlightService::get_flight_info(&*self.sql, request).await
+        let command = command_of(&request.get_ref().cmd);
+        let result = FlightService::get_flight_info(&*self.sql, request).await;
+        flight_request("GetFlightInfo", command, &result);
+        result
     }
 
     async fn poll_flight_info(
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<PollInfo>, Status> {
-        self.sql.poll(request).await.map(Response::new)
+        let command = command_of(&request.get_ref().cmd);
+        let result = self.sql.poll(request).await.map(Response::new);
+        flight_request("PollFlightInfo", command, &result);
+        result
     }
 
     async fn get_schema(
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
-        self.sql.schema_of(request).await.map(Response::new)
+        let command = command_of(&request.get_ref().cmd);
+        let result = self.sql.schema_of(request).await.map(Response::new);
+        flight_request("GetSchema", command, &result);
+        result
     }
 
     async fn do_get(
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        FlightService::do_get(&*self.sql, request).await
+        let command = command_of(&request.get_ref().ticket);
+        let result = FlightService::do_get(&*self.sql, request).await;
+        flight_request("DoGet", command, &result);
+        result
     }
 
     async fn do_put(
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        FlightService::do_put(&*self.sql, request)
+        let result = FlightService::do_put(&*self.sql, request)
             .await
-            .map_err(too_large_is_exhausted)
+            .map_err(too_large_is_exhausted);
+        flight_request("DoPut", "-", &result);
+        result
     }
 
     async fn do_exchange(
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
-        FlightService::do_exchange(&*self.sql, request).await
+        let result = FlightService::do_exchange(&*self.sql, request).await;
+        flight_request("DoExchange", "-", &result);
+        result
     }
 
     async fn do_action(
         &self,
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        FlightService::do_action(&*self.sql, request).await
+        let command = known_command(&request.get_ref().r#type);
+        let result = FlightService::do_action(&*self.sql, request).await;
+        flight_request("DoAction", command, &result);
+        result
     }
 
     async fn list_actions(
         &self,
         request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
-        FlightService::list_actions(&*self.sql, request).await
+        let result = FlightService::list_actions(&*self.sql, request).await;
+        flight_request("ListActions", "-", &result);
+        result
     }
 }
 

@@ -110,7 +110,7 @@ impl SquadronFlightSql {
             .with_ordered(true);
         let job_id = self.state().signer.job_id(&id);
         let slot = self.state().quotas.admit(caller)?;
-        let stream = self.run_query(slot, &job_id, planned).await?;
+        let stream = self.run_query(caller, slot, &job_id, planned).await?;
         let polled = Polled {
             info,
             stream: Mutex::new(Some(stream)),

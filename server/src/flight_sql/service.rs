@@ -35,6 +35,7 @@ use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 use super::front::extra_action_types;
 use super::metadata;
@@ -232,19 +233,36 @@ impl SquadronFlightSql {
             .to_string()
     }
 
-    /// Runs `planned` as job `job_id`; it counts against its caller's
-    /// quota (`slot`, taken before anything the retry needs is consumed)
-    /// until its stream is dropped.
+    /// Runs `planned` as job `job_id` for `caller`; it counts against the
+    /// caller's quota (`slot`, taken before anything a retry needs is
+    /// consumed) and in `system.queries` until its stream ends or is
+    /// dropped. Its log lines carry its query id.
     pub(super) async fn run_query(
         &self,
+        caller: &Caller,
         slot: QuotaSlot,
         job_id: &str,
         planned: PlannedQuery,
     ) -> Result<FlightDataStream, Status> {
-        let stream = self.coordinator.execute(job_id, planned).await?;
-        Ok(Box::pin(stream.inspect(move |_| {
-            let _counted_until_dropped = &slot;
-        })))
+        let query = self
+            .coordinator
+            .queries()
+            .start(caller.user(), job_id, planned.stage_count());
+        let span = tracing::info_span!("query", query_id = query.id());
+        let started = self
+            .coordinator
+            .execute(job_id, planned)
+            .instrument(span)
+            .await;
+        match started {
+            Ok(stream) => Ok(Box::pin(query.track(stream).inspect(move |_| {
+                let _counted_until_dropped = &slot;
+            }))),
+            Err(status) => {
+                query.finish(&Err::<(), _>(status.clone()));
+                Err(status)
+            }
+        }
     }
 
     /// The prepared statement a handle `caller` holds names.
@@ -256,6 +274,14 @@ impl SquadronFlightSql {
     /// `caller`; returns the rows they wrote.
     async fn run_updates(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
         let _slot = self.state.quotas.admit(caller)?;
+        let query = self.coordinator.queries().start(caller.user(), "-", 0);
+        let span = tracing::info_span!("query", query_id = query.id());
+        let result = self.run_plans(caller, plans).instrument(span).await;
+        query.finish(&result);
+        result
+    }
+
+    async fn run_plans(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
         let mut total = 0;
         for plan in plans {
             if changes_session(&plan) {
@@ -429,7 +455,7 @@ impl FlightSqlService for SquadronFlightSql {
         let slot = self.state.quotas.admit(&caller)?;
         let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
         let job_id = uuid::Uuid::new_v4().to_string();
-        let stream = self.run_query(slot, &job_id, planned).await?;
+        let stream = self.run_query(&caller, slot, &job_id, planned).await?;
         Ok(Response::new(stream))
     }
 
@@ -760,7 +786,7 @@ impl FlightSqlService for SquadronFlightSql {
         let slot = self.state.quotas.admit(&caller)?;
         let planned = self.state.statements.take(&id)?;
         let job_id = self.state.signer.job_id(&id);
-        let stream = self.run_query(slot, &job_id, planned).await?;
+        let stream = self.run_query(&caller, slot, &job_id, planned).await?;
         Ok(Response::new(stream))
     }
 

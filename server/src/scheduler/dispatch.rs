@@ -33,6 +33,7 @@ use tonic::{Code, Status, Streaming};
 
 use super::placement::Placement;
 use super::progress::JobProgress;
+use crate::cluster::WorkerHealth;
 use crate::planner::{JobGraph, Stage, StageOutput};
 
 /// How long a worker may take to accept a task.
@@ -125,10 +126,11 @@ pub async fn start_job(
     attempt: u32,
     graph: &JobGraph,
     placement: &Placement,
-    clients: &PeerClients,
     settings: &HashMap<String, String>,
     progress: &Arc<JobProgress>,
+    health: &WorkerHealth,
 ) -> Result<JobAttempt, TaskFailure> {
+    let clients = health.clients();
     let (failure_tx, failures) = mpsc::channel(graph.task_count().max(1));
     let (secret, secret_bytes) = StreamSecret::generate();
     let mut job = JobAttempt {
@@ -162,8 +164,12 @@ pub async fn start_job(
     // with their status streams.
     for (url, stream) in try_join_all(accepts).await? {
         let progress = Arc::clone(progress);
-        job.monitors
-            .spawn(monitor(url, stream, failure_tx.clone(), progress));
+        let placed = health.place_task(&url);
+        let failure_tx = failure_tx.clone();
+        job.monitors.spawn(async move {
+            let _counted_while_the_job_runs = placed;
+            monitor(url, stream, failure_tx, progress).await
+        });
     }
     Ok(job)
 }
@@ -235,7 +241,14 @@ async fn monitor(
     failures: mpsc::Sender<TaskFailure>,
     progress: Arc<JobProgress>,
 ) {
-    let failure = match stream.message().await {
+    let message = stream.message().await;
+    let outcome = match &message {
+        Ok(Some(s)) if s.state() == TaskState::Succeeded => "succeeded",
+        Ok(Some(_)) => "failed",
+        _ => "lost",
+    };
+    metrics::counter!(crate::metrics::TASKS, "outcome" => outcome).increment(1);
+    let failure = match message {
         Ok(Some(s)) if s.state() == TaskState::Succeeded => {
             progress.task_finished();
             std::future::pending::<()>().await;

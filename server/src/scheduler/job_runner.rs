@@ -108,8 +108,12 @@ impl JobRunner {
             report.placement = Some(placement.clone());
             let used = placement.workers_used();
             progress.start_attempt(graph.task_count());
+            metrics::counter!(crate::metrics::STAGES).increment(graph.stages.len() as u64);
+            if attempt > 0 {
+                metrics::counter!(crate::metrics::JOB_RETRIES).increment(1);
+            }
             let started = tokio::select! {
-                started = start_job(job_id, attempt, graph, &placement, &self.clients, &settings, progress) => started,
+                started = start_job(job_id, attempt, graph, &placement, &settings, progress, &self.health) => started,
                 _ = tx.closed() => {
                     report.outcome = "cancelled: the client hung up";
                     return report;

@@ -151,7 +151,10 @@ impl Authenticator {
     ) -> Result<(Principal, String), Status> {
         match credentials(headers)? {
             Credentials::Bearer(token) => {
-                let principal = self.verify_token(&token)?;
+                let principal = self.verify_token(&token).inspect_err(|_| {
+                    metrics::counter!(crate::metrics::AUTH_FAILURES, "kind" => "token")
+                        .increment(1);
+                })?;
                 Ok((principal, token))
             }
             Credentials::Basic { user, password } => {
@@ -162,6 +165,8 @@ impl Authenticator {
                     .is_some_and(|users| users.verify(&user, &password));
                 if !ok {
                     self.record_failure(client);
+                    metrics::counter!(crate::metrics::AUTH_FAILURES, "kind" => "login")
+                        .increment(1);
                     tracing::info!(client = ?client, "failed login");
                     return Err(Status::unauthenticated("wrong user name or password"));
                 }

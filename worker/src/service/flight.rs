@@ -64,6 +64,15 @@ fn serve_stream(pending: PendingStream) -> impl Stream<Item = Result<FlightData,
         .build(data)
         .chain(end)
         .map_err(Status::from)
+        .inspect(|item| {
+            if let Ok(data) = item {
+                let bytes = data.data_header.len() + data.data_body.len();
+                metrics::counter!(crate::metrics::SHUFFLE_BYTES).increment(bytes as u64);
+                if !data.data_body.is_empty() {
+                    metrics::counter!(crate::metrics::SHUFFLE_BATCHES).increment(1);
+                }
+            }
+        })
         .scan(false, |failed, item| {
             let stop = *failed;
             *failed |= item.is_err();

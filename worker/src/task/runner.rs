@@ -230,6 +230,8 @@ impl TaskRunner {
             ..
         } = task;
         super::pool::execution_runtime().spawn(async move {
+            let started = std::time::Instant::now();
+            metrics::gauge!(crate::metrics::WORKER_TASKS_RUNNING).increment(1.0);
             let token = entry.token().clone();
             let partition = key.partition as usize;
             let run = AssertUnwindSafe(async move {
@@ -252,6 +254,13 @@ impl TaskRunner {
                 },
             };
             tracing::debug!(task = %key, state = ?status.state(), "task finished");
+            metrics::gauge!(crate::metrics::WORKER_TASKS_RUNNING).decrement(1.0);
+            let outcome = match status.state() {
+                TaskState::Succeeded => "succeeded",
+                TaskState::Cancelled => "cancelled",
+                _ => "failed",
+            };
+            crate::metrics::task_finished(outcome, started.elapsed());
             // The entry leaves the registry only now, with the task.
             drop(entry);
             let _ = done_tx.send(status);

@@ -1,0 +1,237 @@
+"""What an operator sees: Prometheus metrics of the coordinator and of every
+worker after a TPC-H run, the Grafana dashboard checked against them,
+`system.workers`/`system.queries`, workers discovered from a file, and
+settings from a config file and the environment. One cluster of two
+worker processes; the coordinator takes its settings from a TOML file."""
+
+import json
+import re
+import socket
+import time
+import urllib.request
+
+import adbc_driver_flightsql.dbapi as flightsql
+import pytest
+
+from conftest import BIN_DIR, REPO, SCALE, Process, tpch_query
+
+QUERIES = [1, 3, 5, 6, 10]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port):
+    """The samples a /metrics endpoint serves: {series: value}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            samples[series] = float(value)
+    return samples
+
+
+def names(samples):
+    return {series.split("{", 1)[0] for series in samples}
+
+
+def value(samples, series):
+    assert series in samples, f"{series} not exported: {sorted(names(samples))}"
+    return samples[series]
+
+
+def rows(uri, sql):
+    with flightsql.connect(uri) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetch_arrow_table().to_pylist()
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ops")
+    worker_ports = [free_port(), free_port()]
+    workers = [
+        Process(
+            [str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0", "--insecure",
+             "--metrics-listen", f"127.0.0.1:{port}"]
+        )
+        for port in worker_ports
+    ]
+    workers_file = tmp / "workers"
+    workers_file.write_text("".join(f"{w.url}\n" for w in workers[:1]))
+    coordinator_port = free_port()
+    config = tmp / "squadron.toml"
+    config.write_text(
+        "\n".join(
+            [
+                "demo = true",
+                f"demo-scale = {SCALE}",
+                f'data-dir = "{tmp / "data"}"',
+                f'workers-file = "{workers_file}"',
+                "discovery-interval = 0.2",
+                "health-interval = 0.3",
+                f'metrics-listen = "127.0.0.1:{coordinator_port}"',
+                # Overridden by the environment, which a flag overrides.
+                "max-queries-per-user = 1",
+                'listen = "127.0.0.1:1"',
+            ]
+        )
+        + "\n"
+    )
+    server = Process(
+        [str(BIN_DIR / "squadron-server"), "--config", str(config),
+         "--max-queries-per-user", "8"],
+        env={"SQUADRON_LISTEN": "127.0.0.1:0"},
+    )
+    # The second worker joins through the file, with no restart.
+    workers_file.write_text("".join(f"{w.url}\n" for w in workers))
+    deadline = time.time() + 10
+    while len(rows(server.url, "SELECT url FROM system.workers")) < 2:
+        assert time.time() < deadline, "the second worker was not discovered"
+        time.sleep(0.1)
+    yield {
+        "uri": server.url,
+        "coordinator": coordinator_port,
+        "workers": worker_ports,
+        "worker_urls": [w.url for w in workers],
+        "workers_file": workers_file,
+        "data": tmp / "data" / f"tpch-sf{SCALE}",
+    }
+    server.stop()
+    for w in workers:
+        w.stop()
+
+
+@pytest.fixture(scope="module")
+def after_tpch(observed):
+    before = scrape(observed["coordinator"])
+    with flightsql.connect(observed["uri"]) as conn, conn.cursor() as cur:
+        for n in QUERIES:
+            cur.execute(tpch_query(n))
+            assert cur.fetch_arrow_table().num_rows > 0
+        with pytest.raises(Exception):
+            cur.execute("SELECT no_such_column FROM nation")
+    return {
+        "before": before,
+        "coordinator": scrape(observed["coordinator"]),
+        "workers": [scrape(port) for port in observed["workers"]],
+    }
+
+
+def test_settings_come_from_the_file_the_environment_and_flags(observed):
+    # listen: file says port 1, the environment port 0 (a free one).
+    assert not observed["uri"].endswith(":1")
+    # max-queries-per-user: file 1, flag 8. Two open result streams of
+    # one client need more than 1.
+    with flightsql.connect(observed["uri"]) as conn:
+        a, b = conn.cursor(), conn.cursor()
+        a.execute("SELECT * FROM lineitem")
+        reader = a.fetch_record_batch()
+        b.execute("SELECT count(*) FROM nation")
+        assert b.fetchall() == [(25,)]
+        reader.read_next_batch()
+
+
+def test_counters_move_after_a_tpch_run(after_tpch):
+    before, after = after_tpch["before"], after_tpch["coordinator"]
+
+    def moved(series):
+        return value(after, series) - before.get(series, 0.0)
+
+    ran = len(QUERIES)
+    assert moved('squadron_queries_total{outcome="ok"}') >= ran
+    assert moved('squadron_queries_total{outcome="error"}') == 0  # failed at planning
+    assert moved("squadron_query_duration_seconds_count") >= ran
+    assert moved("squadron_planning_duration_seconds_count") >= ran
+    assert moved("squadron_stages_total") >= ran * 2
+    assert moved('squadron_tasks_total{outcome="succeeded"}') >= ran * 2
+    assert moved("squadron_client_sent_bytes_total") > 0
+    ok_gets = 'squadron_flight_requests_total{method="DoGet",command="TicketStatementQuery",code="OK"}'
+    assert moved(ok_gets) >= ran
+    # ADBC prepares every statement: the bad one fails there.
+    refused = 'squadron_flight_requests_total{method="DoAction",command="CreatePreparedStatement",code="INVALID_ARGUMENT"}'
+    assert moved(refused) == 1, "the bad query is counted with its status"
+    assert value(after, "squadron_workers_known") == 2
+    assert value(after, "squadron_workers_healthy") == 2
+    assert value(after, "squadron_queries_active") == 0
+    for worker in after_tpch["workers"]:
+        assert value(worker, 'squadron_worker_tasks_total{outcome="succeeded"}') > 0
+        assert value(worker, "squadron_shuffle_sent_bytes_total") > 0
+        assert value(worker, "squadron_worker_task_duration_seconds_count") > 0
+        assert 'squadron_worker_task_duration_seconds_bucket{le="0.001"}' in worker
+    # No unbounded labels: no SQL, no users, no ids.
+    for series in after:
+        for label_value in re.findall(r'="([^"]*)"', series):
+            assert len(label_value) <= 32 and " " not in label_value, series
+
+
+def test_every_dashboard_expression_names_exported_metrics(after_tpch):
+    exported = names(after_tpch["coordinator"])
+    for worker in after_tpch["workers"]:
+        exported |= names(worker)
+    dashboard = json.loads((REPO / "grafana" / "squadron.json").read_text())
+    used = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            used |= set(re.findall(r"\bsquadron_[a-z_]+", target["expr"]))
+    assert len(used) >= 12, used
+    assert used <= exported, f"not exported: {sorted(used - exported)}"
+    # Every panel has a query; the layout does not overlap.
+    cells = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        p = panel["gridPos"]
+        for x in range(p["x"], p["x"] + p["w"]):
+            for y in range(p["y"], p["y"] + p["h"]):
+                assert (x, y) not in cells, panel["title"]
+                cells.add((x, y))
+
+
+def test_system_tables_show_workers_and_queries(observed, after_tpch):
+    workers = rows(observed["uri"], "SELECT url, state, running_tasks, last_seen FROM system.workers ORDER BY url")
+    assert sorted(w["url"] for w in workers) == sorted(observed["worker_urls"])
+    assert all(w["state"] == "healthy" and w["running_tasks"] == 0 for w in workers)
+    assert all(w["last_seen"] is not None for w in workers)
+    queries = rows(
+        observed["uri"],
+        "SELECT state, stages, elapsed_ms FROM system.queries WHERE stages > 1",
+    )
+    assert len(queries) >= len(QUERIES)
+    assert all(q["state"] == "ok" for q in queries)
+
+
+def test_a_worker_leaving_the_file_gets_no_new_tasks(observed, after_tpch):
+    kept = observed["worker_urls"][0]
+    observed["workers_file"].write_text(kept + "\n")
+    try:
+        deadline = time.time() + 10
+        while [w["url"] for w in rows(observed["uri"], "SELECT url FROM system.workers")] != [kept]:
+            assert time.time() < deadline, "the worker was not dropped"
+            time.sleep(0.1)
+        left = observed["workers"][1]
+        before = value(scrape(left), 'squadron_worker_tasks_total{outcome="succeeded"}')
+        assert rows(observed["uri"], tpch_query(3))
+        after = value(scrape(left), 'squadron_worker_tasks_total{outcome="succeeded"}')
+        assert after == before, "a worker no longer listed got tasks"
+    finally:
+        observed["workers_file"].write_text("".join(f"{u}\n" for u in observed["worker_urls"]))
+
+
+def test_every_flag_is_documented_and_every_documented_flag_exists():
+    import subprocess
+
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    documented = set(re.findall(r"`--([a-z0-9-]+)", doc)) - {"help", "version"}
+    flags = set()
+    for binary in ("squadron-server", "squadron-worker"):
+        help_text = subprocess.run(
+            [str(BIN_DIR / binary), "--help"], capture_output=True, text=True, check=True
+        ).stdout
+        flags |= set(re.findall(r"^\s+(?:-\w, )?--([a-z0-9-]+)", help_text, re.M))
+    flags -= {"help", "version"}
+    assert flags - documented == set(), f"undocumented: {sorted(flags - documented)}"
+    assert documented - flags == set(), f"documented but gone: {sorted(documented - flags)}"

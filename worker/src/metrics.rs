@@ -1,0 +1,98 @@
+//! Prometheus metrics: the exporter every Squadron process serves on
+//! `--metrics-listen` (`GET /metrics`), and what workers record.
+//!
+//! Names follow Prometheus conventions (`_total` counters, `_seconds`
+//! histograms, `_bytes`); labels take only a handful of fixed values, never
+//! SQL text, user names or job ids. Labelled counters are created at zero
+//! at start-up, so dashboards and alerts see them before the first event.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+/// Buckets of every `_seconds` histogram: 1 ms to 5 min.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+pub const WORKER_TASKS: &str = "squadron_worker_tasks_total";
+pub const WORKER_TASKS_RUNNING: &str = "squadron_worker_tasks_running";
+pub const WORKER_TASK_SECONDS: &str = "squadron_worker_task_duration_seconds";
+pub const SHUFFLE_BYTES: &str = "squadron_shuffle_sent_bytes_total";
+pub const SHUFFLE_BATCHES: &str = "squadron_shuffle_sent_batches_total";
+pub const WORKER_MEMORY_RESERVED: &str = "squadron_worker_memory_reserved_bytes";
+
+/// Outcomes of a task (`outcome` label).
+pub const TASK_OUTCOMES: &[&str] = &["succeeded", "failed", "cancelled"];
+
+/// Installs the process-wide recorder and serves `/metrics` on `listen`.
+/// Call once per process, inside the Tokio runtime.
+pub fn serve(listen: SocketAddr) -> anyhow::Result<()> {
+    PrometheusBuilder::new()
+        .with_http_listener(listen)
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
+        .install()
+        .map_err(|e| anyhow::anyhow!("--metrics-listen {listen}: {e}"))?;
+    tracing::info!("metrics on http://{listen}/metrics");
+    Ok(())
+}
+
+/// Describes the worker's metrics and creates them at zero (adding zero:
+/// embedded workers share one process and its counters).
+pub fn describe_worker() {
+    describe_counter!(WORKER_TASKS, "Tasks finished on this worker, by outcome");
+    describe_gauge!(WORKER_TASKS_RUNNING, "Tasks running on this worker now");
+    describe_histogram!(
+        WORKER_TASK_SECONDS,
+        Unit::Seconds,
+        "Time from a task's start to its end"
+    );
+    describe_counter!(
+        SHUFFLE_BYTES,
+        Unit::Bytes,
+        "Bytes of task output streamed to other workers and the coordinator"
+    );
+    describe_counter!(
+        SHUFFLE_BATCHES,
+        "Record batches of task output streamed to other workers and the coordinator"
+    );
+    describe_gauge!(
+        WORKER_MEMORY_RESERVED,
+        Unit::Bytes,
+        "Execution memory reserved by the tasks of this worker"
+    );
+    for outcome in TASK_OUTCOMES {
+        counter!(WORKER_TASKS, "outcome" => *outcome).increment(0);
+    }
+    counter!(SHUFFLE_BYTES).increment(0);
+    counter!(SHUFFLE_BATCHES).increment(0);
+    gauge!(WORKER_TASKS_RUNNING).increment(0.0);
+    gauge!(WORKER_MEMORY_RESERVED).increment(0.0);
+}
+
+/// Records a finished task.
+pub fn task_finished(outcome: &'static str, elapsed: Duration) {
+    counter!(WORKER_TASKS, "outcome" => outcome).increment(1);
+    metrics::histogram!(WORKER_TASK_SECONDS).record(elapsed.as_secs_f64());
+}
+
+/// Reports the execution memory `runtime`'s tasks hold, every second, until
+/// dropped. Adds its change to the gauge, so the embedded workers of one
+/// process sum up.
+pub fn report_memory(
+    runtime: std::sync::Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+) -> tokio_util::task::AbortOnDropHandle<()> {
+    tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+        let reserved = gauge!(WORKER_MEMORY_RESERVED);
+        let mut last = 0usize;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let now = runtime.memory_pool.reserved();
+            reserved.increment(now as f64 - last as f64);
+            last = now;
+        }
+    }))
+}
