@@ -54,12 +54,15 @@ def rows(uri, sql):
 def observed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ops")
     worker_ports = [free_port(), free_port()]
+    worker_logs = [tmp / f"worker-{n}.log" for n in range(2)]
     workers = [
         Process(
             [str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0", "--insecure",
-             "--metrics-listen", f"127.0.0.1:{port}"]
+             "--metrics-listen", f"127.0.0.1:{port}",
+             "--log-format", "json", "--log-level", "info,squadron_worker=debug"],
+            stderr=log,
         )
-        for port in worker_ports
+        for port, log in zip(worker_ports, worker_logs)
     ]
     workers_file = tmp / "workers"
     workers_file.write_text("".join(f"{w.url}\n" for w in workers[:1]))
@@ -99,6 +102,7 @@ def observed(tmp_path_factory):
         "workers": worker_ports,
         "worker_urls": [w.url for w in workers],
         "workers_file": workers_file,
+        "worker_logs": worker_logs,
         "data": tmp / "data" / f"tpch-sf{SCALE}",
     }
     server.stop()
@@ -235,3 +239,17 @@ def test_every_flag_is_documented_and_every_documented_flag_exists():
     flags -= {"help", "version"}
     assert flags - documented == set(), f"undocumented: {sorted(flags - documented)}"
     assert documented - flags == set(), f"documented but gone: {sorted(documented - flags)}"
+
+
+def test_worker_log_lines_carry_their_query_id(observed, after_tpch):
+    ids = {q["id"] for q in rows(observed["uri"], "SELECT id FROM system.queries WHERE stages > 0")}
+    finished = []
+    for log in observed["worker_logs"]:
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            if entry["fields"].get("message") == "task finished":
+                finished.append(entry)
+    assert finished, "no task lines logged"
+    for entry in finished:
+        assert entry["span"]["query_id"] in ids, entry
+        assert entry["span"]["job_id"] in entry["fields"]["task"]

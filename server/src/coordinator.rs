@@ -29,7 +29,7 @@ use crate::planner::local::reads_no_table;
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::queries::QueryLog;
-use crate::scheduler::{Admission, JobProgress, JobReport, JobRunner, Placement};
+use crate::scheduler::{Admission, JobIds, JobProgress, JobReport, JobRunner, Placement};
 use crate::session::Session;
 use crate::updates::{is_update, run_update};
 
@@ -428,10 +428,15 @@ impl Coordinator {
         };
         self.running.insert(job_id.clone(), job);
         let running = Arc::clone(&self.running);
+        let query_id = crate::queries::current_query_id();
         let job = async move {
             let _slot = slot;
             let started = Instant::now();
-            let run = runner.run(&job_id, &graph, &settings, &progress, &tx);
+            let ids = JobIds {
+                job_id: &job_id,
+                query_id: &query_id,
+            };
+            let run = runner.run(ids, &graph, &settings, &progress, &tx);
             let deadline = async {
                 match timeout {
                     Some(limit) => tokio::time::sleep(limit).await,

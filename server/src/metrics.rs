@@ -15,7 +15,7 @@ pub const JOB_RETRIES: &str = "squadron_job_retries_total";
 pub const WORKERS_KNOWN: &str = "squadron_workers_known";
 pub const WORKERS_HEALTHY: &str = "squadron_workers_healthy";
 pub const CLIENT_BYTES: &str = "squadron_client_sent_bytes_total";
-pub const CLIENT_ROWS: &str = "squadron_client_sent_batches_total";
+pub const CLIENT_BATCHES: &str = "squadron_client_sent_batches_total";
 pub const AUTH_FAILURES: &str = "squadron_auth_failures_total";
 
 /// `outcome` of a query: it sent its whole answer, failed, or its client
@@ -55,7 +55,10 @@ pub fn describe() {
         Unit::Bytes,
         "Bytes of results streamed to clients"
     );
-    describe_counter!(CLIENT_ROWS, "Record batches of results streamed to clients");
+    describe_counter!(
+        CLIENT_BATCHES,
+        "Record batches of results streamed to clients"
+    );
     describe_counter!(
         AUTH_FAILURES,
         "Failed logins and calls refused for want of a valid token, by kind"
@@ -69,7 +72,7 @@ pub fn describe() {
     for kind in AUTH_FAILURE_KINDS {
         counter!(AUTH_FAILURES, "kind" => *kind).increment(0);
     }
-    for name in [STAGES, JOB_RETRIES, CLIENT_BYTES, CLIENT_ROWS] {
+    for name in [STAGES, JOB_RETRIES, CLIENT_BYTES, CLIENT_BATCHES] {
         counter!(name).increment(0);
     }
     for name in [QUERIES_ACTIVE, WORKERS_KNOWN, WORKERS_HEALTHY] {

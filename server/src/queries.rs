@@ -16,7 +16,23 @@ use futures::Stream;
 use metrics::{counter, gauge, histogram};
 use tonic::Status;
 
-use crate::metrics::{CLIENT_BYTES, CLIENT_ROWS, QUERIES, QUERIES_ACTIVE, QUERY_SECONDS};
+use crate::metrics::{CLIENT_BATCHES, CLIENT_BYTES, QUERIES, QUERIES_ACTIVE, QUERY_SECONDS};
+
+tokio::task_local! {
+    /// The query the current task works for: its jobs tell their workers,
+    /// whose log lines then carry it.
+    static CURRENT_QUERY: String;
+}
+
+/// Runs `work` as part of query `id`.
+pub async fn within<F: std::future::Future>(id: &str, work: F) -> F::Output {
+    CURRENT_QUERY.scope(id.to_string(), work).await
+}
+
+/// The query the current task works for ("" outside one).
+pub fn current_query_id() -> String {
+    CURRENT_QUERY.try_with(Clone::clone).unwrap_or_default()
+}
 
 /// Ended queries kept for `system.queries`.
 pub const FINISHED_KEPT: usize = 100;
@@ -130,6 +146,8 @@ impl QueryGuard {
         TrackedStream {
             inner: stream,
             guard: Some(self),
+            sent_bytes: counter!(CLIENT_BYTES),
+            sent_batches: counter!(CLIENT_BATCHES),
         }
     }
 }
@@ -143,6 +161,8 @@ impl Drop for QueryGuard {
 pub struct TrackedStream<S> {
     inner: S,
     guard: Option<QueryGuard>,
+    sent_bytes: metrics::Counter,
+    sent_batches: metrics::Counter,
 }
 
 impl<S> Stream for TrackedStream<S>
@@ -156,9 +176,9 @@ where
         match &item {
             Poll::Ready(Some(Ok(data))) => {
                 let bytes = data.data_header.len() + data.data_body.len();
-                counter!(CLIENT_BYTES).increment(bytes as u64);
+                self.sent_bytes.increment(bytes as u64);
                 if !data.data_body.is_empty() {
-                    counter!(CLIENT_ROWS).increment(1);
+                    self.sent_batches.increment(1);
                 }
             }
             Poll::Ready(Some(Err(status))) => {

@@ -46,6 +46,7 @@ fn request_signed_by(job: &str, secret: &[u8]) -> RunTaskRequest {
         engine_build: engine_build(),
         own_url: String::new(),
         stream_secret: secret.to_vec(),
+        query_id: "q1".into(),
     }
 }
 

@@ -249,11 +249,8 @@ impl SquadronFlightSql {
             .queries()
             .start(caller.user(), job_id, planned.stage_count());
         let span = tracing::info_span!("query", query_id = query.id());
-        let started = self
-            .coordinator
-            .execute(job_id, planned)
-            .instrument(span)
-            .await;
+        let execute = self.coordinator.execute(job_id, planned).instrument(span);
+        let started = crate::queries::within(query.id(), execute).await;
         match started {
             Ok(stream) => Ok(Box::pin(query.track(stream).inspect(move |_| {
                 let _counted_until_dropped = &slot;
@@ -276,7 +273,8 @@ impl SquadronFlightSql {
         let _slot = self.state.quotas.admit(caller)?;
         let query = self.coordinator.queries().start(caller.user(), "-", 0);
         let span = tracing::info_span!("query", query_id = query.id());
-        let result = self.run_plans(caller, plans).instrument(span).await;
+        let run = self.run_plans(caller, plans).instrument(span);
+        let result = crate::queries::within(query.id(), run).await;
         query.finish(&result);
         result
     }

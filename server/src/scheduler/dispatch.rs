@@ -120,9 +120,16 @@ async fn clean_up_workers(request: CleanUpJobRequest, workers: Vec<String>, clie
     }
 }
 
+/// Which job, and for log lines the query it runs.
+#[derive(Debug, Clone, Copy)]
+pub struct JobIds<'a> {
+    pub job_id: &'a str,
+    pub query_id: &'a str,
+}
+
 /// Dispatches every task of `graph` as placed; returns once all are accepted.
 pub async fn start_job(
-    job_id: &str,
+    ids: JobIds<'_>,
     attempt: u32,
     graph: &JobGraph,
     placement: &Placement,
@@ -130,6 +137,7 @@ pub async fn start_job(
     progress: &Arc<JobProgress>,
     health: &WorkerHealth,
 ) -> Result<JobAttempt, TaskFailure> {
+    let JobIds { job_id, query_id } = ids;
     let clients = health.clients();
     let (failure_tx, failures) = mpsc::channel(graph.task_count().max(1));
     let (secret, secret_bytes) = StreamSecret::generate();
@@ -157,6 +165,7 @@ pub async fn start_job(
             request.engine_build = engine.clone();
             request.own_url = url.clone();
             request.stream_secret = secret_bytes.clone();
+            request.query_id = query_id.to_string();
             dispatch(clients, url, request)
         })
     });
@@ -344,6 +353,7 @@ fn task_request(
         engine_build: String::new(),
         own_url: String::new(),
         stream_secret: vec![],
+        query_id: String::new(),
     }
 }
 

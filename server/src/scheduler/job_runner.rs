@@ -18,7 +18,7 @@ use std::sync::Arc;
 use squadron_worker::client::PeerClients;
 use tonic::{Code, Status};
 
-use super::dispatch::{is_query_error, start_job, TaskFailure};
+use super::dispatch::{is_query_error, start_job, JobIds, TaskFailure};
 use super::placement::Placement;
 use super::progress::JobProgress;
 use crate::cluster::{WorkerHealth, WorkerResolver};
@@ -70,7 +70,7 @@ impl JobRunner {
     /// with every task on top of the server's settings.
     pub async fn run(
         &self,
-        job_id: &str,
+        ids: JobIds<'_>,
         graph: &JobGraph,
         session_settings: &[(String, String)],
         progress: &Arc<JobProgress>,
@@ -113,7 +113,7 @@ impl JobRunner {
                 metrics::counter!(crate::metrics::JOB_RETRIES).increment(1);
             }
             let started = tokio::select! {
-                started = start_job(job_id, attempt, graph, &placement, &settings, progress, &self.health) => started,
+                started = start_job(ids, attempt, graph, &placement, &settings, progress, &self.health) => started,
                 _ = tx.closed() => {
                     report.outcome = "cancelled: the client hung up";
                     return report;
@@ -159,7 +159,7 @@ impl JobRunner {
                 return report;
             }
             tracing::warn!(
-                job_id,
+                job_id = ids.job_id,
                 attempt,
                 "retrying the job on the healthy workers: {}",
                 failure.status.message()

@@ -7,7 +7,7 @@ pub mod placement;
 pub mod progress;
 
 pub use admission::Admission;
-pub use dispatch::{start_job, JobAttempt, TaskFailure};
+pub use dispatch::{start_job, JobAttempt, JobIds, TaskFailure};
 pub use job_runner::{JobReport, JobRunner};
 pub use placement::Placement;
 pub use progress::JobProgress;

@@ -55,7 +55,20 @@ impl WorkerService for WorkerControl {
                 "this worker is shutting down and takes no new tasks",
             ));
         }
-        let prepared = self.runner.prepare(request.into_inner())?;
+        let request = request.into_inner();
+        // Every line of the task's work names its query and job.
+        let span = match &request.key {
+            Some(key) => tracing::info_span!(
+                "task",
+                query_id = request.query_id,
+                job_id = key.job_id,
+                stage = key.stage_id,
+                partition = key.partition,
+            ),
+            None => tracing::Span::none(),
+        };
+        let _entered = span.enter();
+        let prepared = self.runner.prepare(request)?;
         let key = prepared.key().clone();
         let accepted = status(&key, TaskState::Accepted);
         let (done, owner) = self.runner.start(prepared);

@@ -64,12 +64,17 @@ fn serve_stream(pending: PendingStream) -> impl Stream<Item = Result<FlightData,
         .build(data)
         .chain(end)
         .map_err(Status::from)
-        .inspect(|item| {
-            if let Ok(data) = item {
-                let bytes = data.data_header.len() + data.data_body.len();
-                metrics::counter!(crate::metrics::SHUFFLE_BYTES).increment(bytes as u64);
-                if !data.data_body.is_empty() {
-                    metrics::counter!(crate::metrics::SHUFFLE_BATCHES).increment(1);
+        .inspect({
+            // Looked up once per stream, not per message.
+            let sent_bytes = metrics::counter!(crate::metrics::SHUFFLE_BYTES);
+            let sent_batches = metrics::counter!(crate::metrics::SHUFFLE_BATCHES);
+            move |item| {
+                if let Ok(data) = item {
+                    let bytes = data.data_header.len() + data.data_body.len();
+                    sent_bytes.increment(bytes as u64);
+                    if !data.data_body.is_empty() {
+                        sent_batches.increment(1);
+                    }
                 }
             }
         })

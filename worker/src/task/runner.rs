@@ -229,7 +229,7 @@ impl TaskRunner {
             panic,
             ..
         } = task;
-        super::pool::execution_runtime().spawn(async move {
+        let task = async move {
             let started = std::time::Instant::now();
             metrics::gauge!(crate::metrics::WORKER_TASKS_RUNNING).increment(1.0);
             let token = entry.token().clone();
@@ -264,7 +264,9 @@ impl TaskRunner {
             // The entry leaves the registry only now, with the task.
             drop(entry);
             let _ = done_tx.send(status);
-        });
+        };
+        // The caller's span (query and job ids) follows the task.
+        super::pool::execution_runtime().spawn(tracing::Instrument::in_current_span(task));
         (done_rx, owner)
     }
 }
