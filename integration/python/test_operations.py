@@ -206,6 +206,11 @@ def test_system_tables_show_workers_and_queries(observed, after_tpch):
     )
     assert len(queries) >= len(QUERIES)
     assert all(q["state"] == "ok" for q in queries)
+    # The system schema is the server's: no client drops or adds to it.
+    for ddl in ("DROP TABLE system.workers", "CREATE TABLE system.mine AS SELECT 1 AS a"):
+        with pytest.raises(Exception, match="belongs to the server"):
+            rows(observed["uri"], ddl)
+    assert len(rows(observed["uri"], "SELECT url FROM system.workers")) == 2
 
 
 def test_a_worker_leaving_the_file_gets_no_new_tasks(observed, after_tpch):

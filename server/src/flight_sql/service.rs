@@ -509,8 +509,12 @@ impl FlightSqlService for SquadronFlightSql {
         let rows = futures::stream::iter(first.map(Ok)).chain(
             stream.map_err(|e| Status::invalid_argument(format!("reading the ingested rows: {e}"))),
         );
-        let written = ingest(&self.coordinator, &session, &command, schema, rows).await?;
-        Ok(written as i64)
+        let query = self.coordinator.queries().start(caller.user(), "-", 0);
+        let span = tracing::info_span!("query", query_id = query.id());
+        let work = ingest(&self.coordinator, &session, &command, schema, rows).instrument(span);
+        let written = crate::queries::within(query.id(), work).await;
+        query.finish(&written);
+        Ok(written? as i64)
     }
 
     async fn do_action_fallback(

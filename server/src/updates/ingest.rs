@@ -75,7 +75,7 @@ where
     if command.transaction_id.is_some() {
         return Err(Status::unimplemented("transactions are not supported"));
     }
-    let name = full_name(session, &table_name(command)?);
+    let name = full_name(session, &table_name(command)?)?;
     match action(command, exists(coord, &name), &name)? {
         Action::Create | Action::Replace => {
             create_table(coord, &name, command.temporary, schema, batches).await

@@ -29,6 +29,7 @@ use squadron_worker::error::to_status;
 use tonic::Status;
 
 use crate::catalog::persisted::{Entry, PersistedCatalog};
+use crate::catalog::system::SYSTEM_SCHEMA;
 use crate::catalog::{TableFormat, TableSpec};
 use crate::coordinator::Coordinator;
 use crate::session::Session;
@@ -47,7 +48,7 @@ pub async fn run_update(
 ) -> Result<u64, Status> {
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
-            let name = full_name(session, &create.name);
+            let name = full_name(session, &create.name)?;
             if exists(coord, &name) {
                 if create.if_not_exists {
                     return Ok(0);
@@ -66,7 +67,7 @@ pub async fn run_update(
                 coord.check_table_location(location)?;
             }
             let (name, definition, temporary) = (
-                full_name(session, &create.name),
+                full_name(session, &create.name)?,
                 create.definition.clone(),
                 create.temporary,
             );
@@ -74,17 +75,17 @@ pub async fn run_update(
         }
         LogicalPlan::Ddl(DdlStatement::CreateView(ref view)) => {
             let (name, definition, temporary) = (
-                full_name(session, &view.name),
+                full_name(session, &view.name)?,
                 view.definition.clone(),
                 view.temporary,
             );
             define(coord, session, &name, definition, temporary, plan).await
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
-            drop_table(coord, &full_name(session, &drop.name), drop.if_exists).await
+            drop_table(coord, &full_name(session, &drop.name)?, drop.if_exists).await
         }
         LogicalPlan::Ddl(DdlStatement::DropView(drop)) => {
-            drop_table(coord, &full_name(session, &drop.name), drop.if_exists).await
+            drop_table(coord, &full_name(session, &drop.name)?, drop.if_exists).await
         }
         LogicalPlan::Dml(dml) => insert(coord, session, dml).await,
         other => Err(Status::unimplemented(format!(
@@ -96,9 +97,19 @@ pub async fn run_update(
 
 /// `name` with the catalog and schema it resolves to in `session`, so
 /// the shared catalog and the persisted one see one name per table.
-pub fn full_name(session: &Session, name: &TableReference) -> TableReference {
+/// PERMISSION_DENIED in the `system` schema: its tables are the server's.
+pub fn full_name(session: &Session, name: &TableReference) -> Result<TableReference, Status> {
     let resolved = name.clone().resolve(&session.catalog(), &session.schema());
-    TableReference::full(resolved.catalog, resolved.schema, resolved.table)
+    if resolved.schema.as_ref() == SYSTEM_SCHEMA {
+        return Err(Status::permission_denied(format!(
+            "{name}: the {SYSTEM_SCHEMA} schema belongs to the server"
+        )));
+    }
+    Ok(TableReference::full(
+        resolved.catalog,
+        resolved.schema,
+        resolved.table,
+    ))
 }
 
 fn exists(coord: &Coordinator, name: &TableReference) -> bool {
@@ -236,7 +247,7 @@ async fn insert(
     session: &Arc<Session>,
     dml: DmlStatement,
 ) -> Result<u64, Status> {
-    let table_name = full_name(session, &dml.table_name);
+    let table_name = full_name(session, &dml.table_name)?;
     if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {
         return Err(Status::unimplemented(format!(
             "{} is not supported yet; tables take INSERT INTO",
