@@ -271,10 +271,19 @@ impl SquadronFlightSql {
     /// `caller`; returns the rows they wrote.
     async fn run_updates(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
         let _slot = self.state.quotas.admit(caller)?;
+        self.as_query(caller, self.run_plans(caller, plans)).await
+    }
+
+    /// Runs `work` (DDL, DML, an ingest) as a query of `caller`: listed in
+    /// `system.queries`, its log lines carrying the query id.
+    async fn as_query<T>(
+        &self,
+        caller: &Caller,
+        work: impl std::future::Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
         let query = self.coordinator.queries().start(caller.user(), "-", 0);
         let span = tracing::info_span!("query", query_id = query.id());
-        let run = self.run_plans(caller, plans).instrument(span);
-        let result = crate::queries::within(query.id(), run).await;
+        let result = crate::queries::within(query.id(), work.instrument(span)).await;
         query.finish(&result);
         result
     }
@@ -509,12 +518,9 @@ impl FlightSqlService for SquadronFlightSql {
         let rows = futures::stream::iter(first.map(Ok)).chain(
             stream.map_err(|e| Status::invalid_argument(format!("reading the ingested rows: {e}"))),
         );
-        let query = self.coordinator.queries().start(caller.user(), "-", 0);
-        let span = tracing::info_span!("query", query_id = query.id());
-        let work = ingest(&self.coordinator, &session, &command, schema, rows).instrument(span);
-        let written = crate::queries::within(query.id(), work).await;
-        query.finish(&written);
-        Ok(written? as i64)
+        let work = ingest(&self.coordinator, &session, &command, schema, rows);
+        let written = self.as_query(&caller, work).await?;
+        Ok(written as i64)
     }
 
     async fn do_action_fallback(
