@@ -3,7 +3,9 @@ coordinator serving TPC-H sample data, all on loopback ephemeral ports."""
 
 import os
 import pathlib
+import socket
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -58,6 +60,24 @@ def cluster(tmp_path_factory):
     server.stop()
     for w in workers:
         w.stop()
+
+
+def free_port():
+    """A loopback port free now (for listeners that cannot report theirs)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port):
+    """The samples a Prometheus /metrics endpoint serves: {series: value}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            samples[series] = float(value)
+    return samples
 
 
 def oracle_over(data_dir):

@@ -6,33 +6,14 @@ worker processes; the coordinator takes its settings from a TOML file."""
 
 import json
 import re
-import socket
 import time
-import urllib.request
 
 import adbc_driver_flightsql.dbapi as flightsql
 import pytest
 
-from conftest import BIN_DIR, REPO, SCALE, Process, tpch_query
+from conftest import BIN_DIR, REPO, SCALE, Process, free_port, scrape, tpch_query
 
 QUERIES = [1, 3, 5, 6, 10]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(port):
-    """The samples a /metrics endpoint serves: {series: value}."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            series, value = line.rsplit(" ", 1)
-            samples[series] = float(value)
-    return samples
 
 
 def names(samples):

@@ -16,7 +16,7 @@ import pytest
 from adbc_driver_flightsql import DatabaseOptions
 
 from answers import assert_same
-from conftest import BIN_DIR, Process, oracle_over, tpch_query
+from conftest import BIN_DIR, Process, free_port, oracle_over, scrape, tpch_query
 
 PASSWORD = "correct horse battery staple"
 OTHER_PASSWORD = "another long passphrase"
@@ -50,6 +50,7 @@ def secure(tmp_path_factory):
     ]
     data = tmp_path_factory.mktemp("secure-data")
     log = certs / "server.log"
+    metrics = free_port()
     server = Process(
         [
             str(BIN_DIR / "squadron-server"),
@@ -65,6 +66,7 @@ def secure(tmp_path_factory):
             "--users", str(users),
             "--jwt-hs256-secret-file", str(secret),
             "--jwt-issuer", "test-idp",
+            "--metrics-listen", f"127.0.0.1:{metrics}",
         ],
         stderr=log,
         env={"RUST_LOG": "debug"},
@@ -76,6 +78,7 @@ def secure(tmp_path_factory):
         "data": data / "tpch-sf0.01",
         "log": log,
         "workers": workers,
+        "metrics": metrics,
     }
     server.stop()
     for w in workers:
@@ -156,6 +159,8 @@ def test_pyarrow_login_and_query(secure):
     ],
 )
 def test_bad_tokens_are_unauthenticated(secure, token, reason):
+    refused = 'squadron_auth_failures_total{kind="token"}'
+    before = scrape(secure["metrics"])[refused]
     client = pyarrow_client(secure)
     headers = [] if token is None else [(b"authorization", f"Bearer {token}".encode())]
     with pytest.raises(flight.FlightUnauthenticatedError) as err:
@@ -163,14 +168,18 @@ def test_bad_tokens_are_unauthenticated(secure, token, reason):
             statement_command("SELECT 1"), flight.FlightCallOptions(headers=headers)
         )
     assert reason in str(err.value), str(err.value)
+    assert scrape(secure["metrics"])[refused] == before + 1
     assert_healthy(secure)
 
 
 def test_wrong_password_is_unauthenticated(secure):
+    failed = 'squadron_auth_failures_total{kind="login"}'
+    before = scrape(secure["metrics"])[failed]
     with pytest.raises(flightsql.Error) as err:
         with adbc(secure, username="alice", password="wrong") as conn:
             conn.cursor().execute("SELECT 1")
     assert "UNAUTHENTICATED" in str(err.value), str(err.value)
+    assert scrape(secure["metrics"])[failed] >= before + 1
     assert_healthy(secure)
 
 
