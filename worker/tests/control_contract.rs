@@ -20,7 +20,7 @@ use squadron_worker::{spawn_worker, WorkerOptions};
 use tonic::Code;
 
 fn request(job: &str) -> RunTaskRequest {
-    request_signed_by(job, &StreamSecret::generate().1)
+    request_signed_by(job, StreamSecret::generate().bytes())
 }
 
 fn request_signed_by(job: &str, secret: &[u8]) -> RunTaskRequest {
@@ -106,7 +106,8 @@ async fn a_stream_is_served_only_for_a_ticket_signed_by_its_job() {
         .await
         .unwrap();
     let mut control = WorkerServiceClient::connect(url.clone()).await.unwrap();
-    let (secret, bytes) = StreamSecret::generate();
+    let secret = StreamSecret::generate();
+    let bytes = secret.bytes().to_vec();
     let mut task = control
         .run_task(request_signed_by("j1", &bytes))
         .await
@@ -132,7 +133,7 @@ async fn a_stream_is_served_only_for_a_ticket_signed_by_its_job() {
     let unsigned = key.to_ticket(vec![]);
     let mut altered = secret.ticket(&key);
     *altered.last_mut().unwrap() ^= 1;
-    let (other, _) = StreamSecret::generate();
+    let other = StreamSecret::generate();
     for forged in [unsigned, altered, other.ticket(&key)] {
         let err = flight.do_get(Ticket::new(forged)).await.unwrap_err();
         assert_eq!(err.code(), Code::PermissionDenied, "{err}");

@@ -14,6 +14,8 @@
 use std::time::Duration;
 
 use arrow_flight::FlightData;
+use datafusion::common::Result;
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use squadron_proto::StreamKey;
 use squadron_worker::client::PeerClients;
@@ -24,7 +26,7 @@ use tonic::Status;
 
 use crate::cluster::WorkerHealth;
 use crate::planner::JobGraph;
-use crate::scheduler::dispatch::{JobAttempt, TaskFailure};
+use crate::scheduler::dispatch::{Attempt, JobAttempt, TaskFailure};
 use crate::scheduler::Placement;
 
 /// Messages in flight between the job output and the client's `DoGet`.
@@ -42,13 +44,43 @@ pub enum AttemptEnd {
     ClientGone,
 }
 
-/// Streams the final stage of a running attempt to `tx`, counting the rows
-/// the client was sent in `rows_sent`.
-pub async fn stream_output(
-    job: &mut JobAttempt,
+/// The final stage's streams of one attempt, merged. Opened before the
+/// tasks are dispatched: each fetch connects at once and the worker holds
+/// it until the task registers its stream, so the first rows need no extra
+/// round trip after the tasks are accepted.
+pub type FinalStreams = futures::stream::SelectAll<BoxStream<'static, Result<(FlightData, u64)>>>;
+
+/// Opens the final stage's streams of `attempt` (see `FinalStreams`).
+pub fn open_output(
+    job_id: &str,
+    attempt: &Attempt,
     graph: &JobGraph,
     placement: &Placement,
     clients: &PeerClients,
+) -> FinalStreams {
+    let final_stage = graph.final_stage();
+    let streams = (0..final_stage.tasks).map(|partition| {
+        let key = StreamKey {
+            job_id: job_id.to_string(),
+            stage_id: final_stage.id as u32,
+            partition: partition as u32,
+            attempt: attempt.number,
+            channel: 0,
+        };
+        let url = placement.worker_of(final_stage.id, partition).to_string();
+        let ticket = attempt.secret.ticket(&key);
+        fetch_raw_stream(clients.clone(), url, key, ticket).boxed()
+    });
+    futures::stream::select_all(streams)
+}
+
+/// Streams the final stage of a running attempt (`merged`, from
+/// `open_output`) to `tx`, counting the rows the client was sent in
+/// `rows_sent`.
+pub async fn stream_output(
+    job: &mut JobAttempt,
+    mut merged: FinalStreams,
+    placement: &Placement,
     tx: &OutputSender,
     rows_sent: &mut u64,
     health: &WorkerHealth,
@@ -56,20 +88,6 @@ pub async fn stream_output(
     let workers = placement.workers_used();
     let lost = health.first_lost(&workers);
     tokio::pin!(lost);
-    let final_stage = graph.final_stage();
-    let streams = (0..final_stage.tasks).map(|partition| {
-        let key = StreamKey {
-            job_id: job.job_id.clone(),
-            stage_id: final_stage.id as u32,
-            partition: partition as u32,
-            attempt: job.attempt,
-            channel: 0,
-        };
-        let url = placement.worker_of(final_stage.id, partition).to_string();
-        let ticket = job.secret.ticket(&key);
-        fetch_raw_stream(clients.clone(), url, key, ticket).boxed()
-    });
-    let mut merged = futures::stream::select_all(streams);
     // Closed once every task monitor ended without a failure.
     let mut failures_open = true;
     loop {

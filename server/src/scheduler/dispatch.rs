@@ -65,8 +65,6 @@ impl TaskFailure {
 pub struct JobAttempt {
     pub job_id: String,
     pub attempt: u32,
-    /// Signs the attempt's stream tickets (sent to its tasks).
-    pub secret: StreamSecret,
     pub failures: mpsc::Receiver<TaskFailure>,
     monitors: JoinSet<()>,
     workers: Vec<String>,
@@ -127,10 +125,19 @@ pub struct JobIds<'a> {
     pub query_id: &'a str,
 }
 
+/// One attempt of a job: its number, and the secret that signs its stream
+/// tickets (made by the runner, so the output can be fetched while the
+/// tasks are still being dispatched).
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub number: u32,
+    pub secret: StreamSecret,
+}
+
 /// Dispatches every task of `graph` as placed; returns once all are accepted.
 pub async fn start_job(
     ids: JobIds<'_>,
-    attempt: u32,
+    attempt: &Attempt,
     graph: &JobGraph,
     placement: &Placement,
     settings: &HashMap<String, String>,
@@ -140,11 +147,11 @@ pub async fn start_job(
     let JobIds { job_id, query_id } = ids;
     let clients = health.clients();
     let (failure_tx, failures) = mpsc::channel(graph.task_count().max(1));
-    let (secret, secret_bytes) = StreamSecret::generate();
+    let secret_bytes = attempt.secret.bytes().to_vec();
+    let attempt = attempt.number;
     let mut job = JobAttempt {
         job_id: job_id.to_string(),
         attempt,
-        secret,
         failures,
         monitors: JoinSet::new(),
         workers: placement.workers_used(),

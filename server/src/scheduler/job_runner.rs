@@ -18,12 +18,15 @@ use std::sync::Arc;
 use squadron_worker::client::PeerClients;
 use tonic::{Code, Status};
 
-use super::dispatch::{is_query_error, start_job, JobIds, TaskFailure};
+use super::dispatch::{is_query_error, start_job, Attempt, JobIds, TaskFailure};
 use super::placement::Placement;
 use super::progress::JobProgress;
 use crate::cluster::{WorkerHealth, WorkerResolver};
-use crate::output::job_output::{lost_worker, stream_output, AttemptEnd, OutputSender};
+use crate::output::job_output::{
+    lost_worker, open_output, stream_output, AttemptEnd, OutputSender,
+};
 use crate::planner::JobGraph;
+use squadron_worker::stream::StreamSecret;
 
 pub struct JobRunner {
     pub resolver: Arc<dyn WorkerResolver>,
@@ -112,8 +115,13 @@ impl JobRunner {
             if attempt > 0 {
                 metrics::counter!(crate::metrics::JOB_RETRIES).increment(1);
             }
+            let this = Attempt {
+                number: attempt,
+                secret: StreamSecret::generate(),
+            };
+            let output = open_output(ids.job_id, &this, graph, &placement, &self.clients);
             let started = tokio::select! {
-                started = start_job(ids, attempt, graph, &placement, &settings, progress, &self.health) => started,
+                started = start_job(ids, &this, graph, &placement, &settings, progress, &self.health) => started,
                 _ = tx.closed() => {
                     report.outcome = "cancelled: the client hung up";
                     return report;
@@ -125,9 +133,8 @@ impl JobRunner {
                 Ok(mut job) => {
                     let end = stream_output(
                         &mut job,
-                        graph,
+                        output,
                         &placement,
-                        &self.clients,
                         tx,
                         &mut report.rows,
                         &self.health,

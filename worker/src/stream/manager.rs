@@ -192,7 +192,7 @@ mod tests {
     }
 
     fn secret() -> StreamSecret {
-        StreamSecret::generate().0
+        StreamSecret::generate()
     }
 
     #[test]

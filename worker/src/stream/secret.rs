@@ -21,6 +21,7 @@ pub const SECRET_BYTES: usize = 32;
 #[derive(Clone)]
 pub struct StreamSecret {
     key: Arc<hmac::Key>,
+    bytes: Arc<[u8]>,
 }
 
 impl fmt::Debug for StreamSecret {
@@ -30,19 +31,25 @@ impl fmt::Debug for StreamSecret {
 }
 
 impl StreamSecret {
-    /// A fresh random secret and its bytes (to send with the tasks).
-    pub fn generate() -> (Self, Vec<u8>) {
+    /// A fresh random secret.
+    pub fn generate() -> Self {
         let mut bytes = vec![0u8; SECRET_BYTES];
         SystemRandom::new()
             .fill(&mut bytes)
             .expect("the system's random number generator");
-        (Self::from_bytes(&bytes), bytes)
+        Self::from_bytes(&bytes)
     }
 
     fn from_bytes(bytes: &[u8]) -> Self {
         Self {
             key: Arc::new(hmac::Key::new(hmac::HMAC_SHA256, bytes)),
+            bytes: bytes.into(),
         }
+    }
+
+    /// The secret's bytes, to send with the attempt's tasks.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
     }
 
     /// The secret a task request carries; INVALID_ARGUMENT unless it has
@@ -87,8 +94,9 @@ mod tests {
 
     #[test]
     fn only_the_attempts_secret_signs_its_tickets() {
-        let (secret, bytes) = StreamSecret::generate();
-        let (other, _) = StreamSecret::generate();
+        let secret = StreamSecret::generate();
+        let bytes = secret.bytes().to_vec();
+        let other = StreamSecret::generate();
         let ticket = secret.ticket(&key());
         let (decoded, signature) = StreamKey::from_ticket(&ticket).unwrap();
         assert!(StreamSecret::from_request(&bytes)
