@@ -310,7 +310,6 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let runner = JobRunner::new(
         Arc::clone(&resolver),
         health.clone(),
-        clients,
         options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
     );

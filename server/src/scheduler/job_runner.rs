@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use squadron_worker::client::PeerClients;
 use tonic::{Code, Status};
 
 use super::dispatch::{is_query_error, start_job, Attempt, JobIds, TaskFailure};
@@ -30,8 +29,8 @@ use squadron_worker::stream::StreamSecret;
 
 pub struct JobRunner {
     pub resolver: Arc<dyn WorkerResolver>,
+    /// Also holds the channels to the workers (`health.clients()`).
     pub health: WorkerHealth,
-    pub clients: PeerClients,
     /// Attempts per job, at least 1 (`--task-max-attempts`).
     pub max_attempts: u32,
     /// Planning options that differ from the defaults, sent with every
@@ -54,14 +53,12 @@ impl JobRunner {
     pub fn new(
         resolver: Arc<dyn WorkerResolver>,
         health: WorkerHealth,
-        clients: PeerClients,
         max_attempts: u32,
         settings: HashMap<String, String>,
     ) -> Self {
         Self {
             resolver,
             health,
-            clients,
             max_attempts: max_attempts.max(1),
             settings,
             next_worker: AtomicUsize::new(0),
@@ -119,7 +116,7 @@ impl JobRunner {
                 number: attempt,
                 secret: StreamSecret::generate(),
             };
-            let output = open_output(ids.job_id, &this, graph, &placement, &self.clients);
+            let output = open_output(ids.job_id, &this, graph, &placement, self.health.clients());
             let started = tokio::select! {
                 started = start_job(ids, &this, graph, &placement, &settings, progress, &self.health) => started,
                 _ = tx.closed() => {
