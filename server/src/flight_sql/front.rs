@@ -136,7 +136,10 @@ impl FlightService for SquadronFlight {
 }
 
 /// tonic reports a message over the size limit as OUT_OF_RANGE; to a client
-/// it is a resource limit (DoPut is where clients send large messages).
+/// it is a resource limit. `too_large_response` applies this to every
+/// answer on its way out; DoPut (where clients send large messages) also
+/// applies it here, so its request metric counts the status the client
+/// gets.
 fn too_large_is_exhausted(status: Status) -> Status {
     if status.code() == tonic::Code::OutOfRange && status.message().contains("too large") {
         Status::resource_exhausted(format!(
