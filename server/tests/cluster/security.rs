@@ -3,11 +3,13 @@
 //! queries, the connections that must be refused, and what a worker's
 //! plans may read.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::{
+    coordinator_with, oracle, oracle_context, query, test_options, tpch_data, tpch_query,
+    WorkerProcess,
+};
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::Ticket;
@@ -18,10 +20,6 @@ use squadron_server::security::ClientTlsFiles;
 use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::tls::generate::{generate, DevCerts};
 use squadron_worker::tls::{ClusterTlsFiles, CLUSTER_DOMAIN};
-use support::{
-    coordinator_with, oracle, oracle_context, query, test_options, tpch_data, tpch_query,
-    WorkerProcess,
-};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
 
@@ -321,7 +319,7 @@ async fn workers_read_only_under_their_data_roots() {
     let mut options = test_options(vec![confined.url.clone()], tables.clone());
     options.limits.max_attempts = 1;
     let server = coordinator_with(options).await;
-    let mut client = support::client(&server).await;
+    let mut client = crate::support::client(&server).await;
     // (Not count(*): Parquet statistics answer that without a scan.)
     let sql = "SELECT n_name FROM nation WHERE n_nationkey = 3";
     let err = query(&mut client, sql).await.unwrap_err();
@@ -329,7 +327,7 @@ async fn workers_read_only_under_their_data_roots() {
     assert!(err.message().contains("--data-root"), "{err}");
 
     let server = coordinator_with(test_options(vec![allowed.url.clone()], tables)).await;
-    let mut client = support::client(&server).await;
+    let mut client = crate::support::client(&server).await;
     let got = query(&mut client, "SELECT count(*) FROM nation")
         .await
         .unwrap();
@@ -338,7 +336,7 @@ async fn workers_read_only_under_their_data_roots() {
 
 #[test]
 fn without_tls_or_insecure_the_binaries_refuse_to_start() {
-    let worker = support::worker_binary();
+    let worker = crate::support::worker_binary();
     for exe in [worker.clone(), worker.with_file_name("squadron-server")] {
         let output = std::process::Command::new(&exe)
             .args(["--listen", "127.0.0.1:0"])
@@ -363,7 +361,7 @@ async fn clients_create_external_tables_only_under_the_data_roots() {
     options.data_dir = Some(catalog.path().to_path_buf());
     options.table_roots = Some(DataRoots::new(&[data.path().to_path_buf()]).unwrap());
     let server = coordinator_with(options).await;
-    let mut client = support::client(&server).await;
+    let mut client = crate::support::client(&server).await;
     let create = |name: &str, location: &str| {
         format!("CREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{location}'")
     };
@@ -386,7 +384,7 @@ async fn clients_create_external_tables_only_under_the_data_roots() {
     let escape = format!("{}/../../etc/passwd", data.path().display());
     for location in ["/etc/passwd", "/etc", escape.as_str()] {
         let sql = create("outside", location);
-        let err = support::to_status(client.execute_update(sql, None).await.unwrap_err());
+        let err = crate::support::to_status(client.execute_update(sql, None).await.unwrap_err());
         assert_eq!(err.code(), Code::PermissionDenied, "{location}: {err}");
         assert!(err.message().contains("--data-root"), "{err}");
     }
@@ -397,9 +395,9 @@ async fn clients_create_external_tables_only_under_the_data_roots() {
     options.data_dir = Some(catalog.path().to_path_buf());
     options.table_roots = None;
     let server = coordinator_with(options).await;
-    let mut client = support::client(&server).await;
+    let mut client = crate::support::client(&server).await;
     let sql = create("anywhere", nation.to_str().unwrap());
-    let err = support::to_status(client.execute_update(sql, None).await.unwrap_err());
+    let err = crate::support::to_status(client.execute_update(sql, None).await.unwrap_err());
     assert_eq!(err.code(), Code::PermissionDenied, "{err}");
     assert!(err.message().contains("external tables are off"), "{err}");
 }

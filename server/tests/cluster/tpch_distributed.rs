@@ -2,12 +2,10 @@
 //! worker processes, return the rows single-node DataFusion returns over the
 //! same files.
 
-mod support;
-
-use squadron_server::answers::{is_ordered, same_rows};
-use support::{
+use crate::support::{
     client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query, WorkerProcess,
 };
+use squadron_server::answers::{is_ordered, same_rows};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_queries_match_single_node_datafusion() {

@@ -1,14 +1,14 @@
 //! Bad input and clients that go away: clear statuses, and the server keeps
 //! answering. Runs on the coordinator's embedded workers.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{
+    assert_workers_idle, client, coordinator, query, start_large_query, tpch_data,
+};
 use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
 use arrow_flight::Ticket;
 use prost::Message;
-use support::{assert_workers_idle, client, coordinator, query, start_large_query, tpch_data};
 use tonic::Code;
 
 async fn count(
@@ -86,7 +86,7 @@ async fn a_client_hanging_up_mid_stream_stops_the_job_on_every_worker() {
     drop(stream);
 
     assert_workers_idle(&server, Duration::from_secs(30), "the client hung up").await;
-    let mut client = support::client(&server).await;
+    let mut client = crate::support::client(&server).await;
     assert_eq!(count(&mut client, "nation").await, 25);
     server.shutdown().await.unwrap();
 }
@@ -130,23 +130,26 @@ async fn an_oversized_message_is_refused_and_the_server_stays_healthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_over_its_query_quota_is_refused_until_one_ends() {
     let (_dir, tables) = tpch_data(0.01);
-    let mut options = support::test_options(vec![], tables);
+    let mut options = crate::support::test_options(vec![], tables);
     options.max_queries_per_user = 1;
-    let server = support::coordinator_with(options).await;
+    let server = crate::support::coordinator_with(options).await;
     let mut client = client(&server).await;
     let running = start_large_query(&mut client).await;
     // Planning is not counted: the ticket is refused at DoGet, and kept.
     let info = client.execute("SELECT 1".to_string(), None).await.unwrap();
     let ticket = info.endpoint[0].ticket.clone().unwrap();
     let err = client.do_get(ticket.clone()).await.unwrap_err();
-    let err = support::to_status(err);
+    let err = crate::support::to_status(err);
     assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
     assert!(err.message().contains("--max-queries-per-user"), "{err}");
     let err = client
         .execute_update("CREATE TABLE t AS SELECT 1".to_string(), None)
         .await
         .unwrap_err();
-    assert_eq!(support::to_status(err).code(), Code::ResourceExhausted);
+    assert_eq!(
+        crate::support::to_status(err).code(),
+        Code::ResourceExhausted
+    );
     drop(running);
     // The slot is the stream's: free once the client lets go of it.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -154,7 +157,7 @@ async fn a_client_over_its_query_quota_is_refused_until_one_ends() {
         match client.do_get(ticket.clone()).await {
             Ok(stream) => break stream,
             Err(e) if std::time::Instant::now() < deadline => {
-                assert_eq!(support::to_status(e).code(), Code::ResourceExhausted);
+                assert_eq!(crate::support::to_status(e).code(), Code::ResourceExhausted);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Err(e) => panic!("the quota was not given back: {e}"),

@@ -4,13 +4,11 @@
 //! peer's delayed ACK, about 40 ms: tonic's `Server::tcp_nodelay` applies
 //! only to listeners tonic binds itself, not to the ones Squadron passes in.
 
-mod support;
-
 use std::mem::ManuallyDrop;
 use std::net::TcpStream;
 use std::os::fd::FromRawFd;
 
-use support::{client, coordinator, query, tpch_data};
+use crate::support::{client, coordinator, query, tpch_data};
 
 /// The TCP sockets of this process: (local port, peer port, nodelay).
 fn tcp_sockets() -> Vec<(u16, u16, bool)> {

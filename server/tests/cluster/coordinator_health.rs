@@ -2,11 +2,9 @@
 //! at least one worker can take tasks, NOT_SERVING once none can, SERVING
 //! again when one returns.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::{coordinator_with, test_options, WorkerProcess};
+use crate::support::{coordinator_with, test_options, WorkerProcess};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;

@@ -9,16 +9,14 @@
 //! Every answer is compared with single-node DataFusion, and every query has
 //! a deadline so a hang fails the test instead of stalling it.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
-use squadron_server::answers::{is_ordered, same_rows};
-use support::{
+use crate::support::{
     client, coordinator_with, oracle, oracle_context, query, test_options, tpch_data, tpch_query,
     WorkerProcess,
 };
+use squadron_server::answers::{is_ordered, same_rows};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 

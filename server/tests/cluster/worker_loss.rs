@@ -1,12 +1,10 @@
 //! A worker process killed mid-query fails the query with an error naming
 //! that worker, instead of hanging.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{client, coordinator, start_large_query, tpch_data, WorkerProcess};
 use futures::StreamExt;
-use support::{client, coordinator, start_large_query, tpch_data, WorkerProcess};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_worker_mid_query_fails_the_query_naming_it() {

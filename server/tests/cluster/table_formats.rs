@@ -1,13 +1,11 @@
 //! Tables registered from CSV and Parquet files and directories are scanned
 //! by the workers and give the single-node answer.
 
-mod support;
-
 use std::io::Write;
 
+use crate::support::{client, coordinator, oracle, oracle_context, query};
 use squadron_server::answers::same_rows;
 use squadron_server::catalog::TableSpec;
-use support::{client, coordinator, oracle, oracle_context, query};
 
 fn write_csv_dir(dir: &std::path::Path) {
     for part in 0..3 {
@@ -26,7 +24,7 @@ async fn csv_directory_and_parquet_file_tables() {
     let csv_dir = dir.path().join("sales");
     std::fs::create_dir(&csv_dir).unwrap();
     write_csv_dir(&csv_dir);
-    let (_tpch, tpch_tables) = support::tpch_data(0.001);
+    let (_tpch, tpch_tables) = crate::support::tpch_data(0.001);
     let nation = tpch_tables.iter().find(|t| t.name == "nation").unwrap();
     let tables: Vec<TableSpec> = vec![
         format!("sales={}", csv_dir.display()).parse().unwrap(),

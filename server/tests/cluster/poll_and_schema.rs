@@ -1,10 +1,9 @@
 //! `PollFlightInfo` and `GetSchema` through the Flight service, as a raw
 //! client sends them.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{assert_workers_idle, coordinator, oracle, oracle_context, tpch_data};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::{
@@ -16,7 +15,6 @@ use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use futures::TryStreamExt;
 use prost::Message;
-use support::{assert_workers_idle, coordinator, oracle, oracle_context, tpch_data};
 use tonic::transport::Channel;
 use tonic::Code;
 

@@ -2,14 +2,12 @@
 //! exit 0. A worker told to stop mid-query still completes the query it is
 //! part of, and receives no new tasks.
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::{client, coordinator_with, query, test_options, tpch_data, WorkerProcess};
 use futures::StreamExt;
-use support::{client, coordinator_with, query, test_options, tpch_data, WorkerProcess};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_worker_finishes_its_query_and_exits_cleanly() {
@@ -71,7 +69,7 @@ async fn a_terminated_worker_finishes_its_query_and_exits_cleanly() {
 
 #[test]
 fn a_terminated_coordinator_exits_cleanly() {
-    let exe = support::worker_binary().with_file_name("squadron-server");
+    let exe = crate::support::worker_binary().with_file_name("squadron-server");
     assert!(
         exe.exists(),
         "build the binaries first (cargo build --bins)"

@@ -3,15 +3,13 @@
 //! is used again without restarting the coordinator, and a panicking task
 //! is reported as INTERNAL with its message.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use squadron_server::answers::{is_ordered, same_rows};
-use support::{
+use crate::support::{
     client, coordinator_with, oracle, oracle_context, query, test_options, tpch_data, tpch_query,
     WorkerProcess,
 };
+use squadron_server::answers::{is_ordered, same_rows};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 

@@ -3,15 +3,13 @@
 //! results piling up in buffers. Its own test binary, so nothing else runs
 //! in the process whose memory it measures.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::{client, coordinator_with, query, test_options, tpch_data, WorkerProcess};
 use futures::StreamExt;
 use squadron_server::process_stats::rss_bytes;
-use support::{client, coordinator_with, query, test_options, tpch_data, WorkerProcess};
 
 const MIB: u64 = 1 << 20;
 

@@ -2,16 +2,14 @@
 //! answers or, beyond the admission limits, an immediate RESOURCE_EXHAUSTED;
 //! afterwards nothing is left running.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use squadron_server::answers::{is_ordered, same_rows};
-use support::{
+use crate::support::{
     assert_workers_idle, client, coordinator_with, oracle, oracle_context, query, test_options,
     tpch_data, tpch_query,
 };
+use squadron_server::answers::{is_ordered, same_rows};
 use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,5 @@
 //! Test helpers: worker processes, a coordinator, a Flight SQL client and
 //! the single-node oracle.
-#![allow(dead_code)] // each test file uses a different part
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

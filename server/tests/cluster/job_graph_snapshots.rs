@@ -1,12 +1,10 @@
 //! The stages a few TPC-H queries are cut into. A change here is a change
 //! in how queries are distributed: review the new snapshot.
 
-mod support;
-
+use crate::support::{tpch_data, tpch_query};
 use datafusion::prelude::SessionContext;
 use squadron_server::coordinator_session_config;
 use squadron_server::planner::build_job_graph;
-use support::{tpch_data, tpch_query};
 
 #[tokio::test]
 async fn tpch_job_graphs() {

@@ -2,16 +2,14 @@
 //! a dispatch that stopped half-way, and a query over the memory limit, no
 //! worker runs a task or holds a stream of it, and the next query works.
 
-mod support;
-
 use std::time::Duration;
 
-use futures::StreamExt;
-use squadron_worker::{spawn_worker, WorkerOptions};
-use support::{
+use crate::support::{
     assert_workers_idle, client, coordinator_with, query, start_large_query, test_options,
     tpch_data,
 };
+use futures::StreamExt;
+use squadron_worker::{spawn_worker, WorkerOptions};
 use tonic::Code;
 
 const IDLE_WITHIN: Duration = Duration::from_secs(30);

@@ -1,0 +1,22 @@
+//! Squadron's cluster tests: coordinators, worker processes and real Flight
+//! SQL clients. One test binary for all of them — each binary links all of
+//! DataFusion (~280 MB unoptimized), so one per file filled CI's disk and
+//! spent minutes linking.
+
+mod support;
+
+mod client_errors;
+mod concurrent_clients;
+mod coordinator_health;
+mod exchange_shapes;
+mod graceful_shutdown;
+mod job_graph_snapshots;
+mod lifecycle;
+mod poll_and_schema;
+mod security;
+mod slow_reader;
+mod socket_options;
+mod table_formats;
+mod tpch_distributed;
+mod worker_faults;
+mod worker_loss;
