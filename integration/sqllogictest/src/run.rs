@@ -1,0 +1,178 @@
+//! One file on one engine: every record through sqllogictest's runner with
+//! DataFusion's validators, each statement's outcome kept by location.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use sqllogictest::{
+    parse_file, strict_column_validator, AsyncDB, MakeConnection, Record, RecordOutput, Runner,
+};
+
+use crate::format::SltType;
+
+/// What became of one statement or query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    /// The first line of the difference or error.
+    Failed(String),
+    /// Not compared on this engine, and why.
+    Skipped(&'static str),
+}
+
+/// Outcomes by `file:line` (records pulled in by `include` keep their
+/// own file's name).
+pub type Outcomes = BTreeMap<String, Outcome>;
+
+/// Whether a record is left out on an engine (e.g. `EXPLAIN` on Squadron,
+/// whose plans are cut into stages), and why.
+pub type RecordFilter = fn(&str) -> Option<&'static str>;
+
+/// Runs every record of `file` (stopping at `halt`).
+pub async fn run_file<D, M>(
+    file: &Path,
+    make_connection: M,
+    skip: RecordFilter,
+) -> anyhow::Result<Outcomes>
+where
+    D: AsyncDB<ColumnType = SltType>,
+    M: MakeConnection<Conn = D>,
+{
+    let records = parse_file::<SltType>(file)?;
+    let mut runner = Runner::new(make_connection);
+    // The label DataFusion's runner uses for `onlyif`/`skipif`.
+    runner.add_label("Datafusion");
+    runner.with_column_validator(strict_column_validator);
+    runner.with_normalizer(trimmed_end);
+    runner.with_validator(lines_match);
+    let mut outcomes = Outcomes::new();
+    for record in records {
+        let (loc, sql) = match &record {
+            Record::Halt { .. } => break,
+            Record::Statement { loc, sql, .. } | Record::Query { loc, sql, .. } => {
+                (loc.clone(), sql.clone())
+            }
+            _ => {
+                // Control records (sort mode, variables) still apply.
+                let _ = runner.run_async(record).await;
+                continue;
+            }
+        };
+        let key = format!("{}:{}", file_name(loc.file()), loc.line());
+        if let Some(reason) = skip(&sql) {
+            outcomes.insert(key, Outcome::Skipped(reason));
+            continue;
+        }
+        let outcome = match runner.run_async(record).await {
+            Ok(RecordOutput::Nothing) => continue, // `onlyif` another engine
+            Ok(_) => Outcome::Passed,
+            Err(e) => Outcome::Failed(first_difference(&e.display(false).to_string())),
+        };
+        outcomes.insert(key, outcome);
+    }
+    runner.shutdown_async().await;
+    Ok(outcomes)
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// DataFusion's runner ignores trailing whitespace of expected lines.
+#[allow(clippy::ptr_arg)] // sqllogictest's `Normalizer` signature
+fn trimmed_end(line: &String) -> String {
+    line.trim_end().to_string()
+}
+
+/// DataFusion's validation: a row is its cells joined by spaces, trailing
+/// whitespace ignored, and `<slt:ignore>` in the expected text matches
+/// anything.
+fn lines_match(
+    normalizer: sqllogictest::Normalizer,
+    actual: &[Vec<String>],
+    expected: &[String],
+) -> bool {
+    const IGNORE: &str = "<slt:ignore>";
+    let actual: Vec<String> = actual
+        .iter()
+        .map(|row| row.join(" ").trim_end().to_string())
+        .collect();
+    let expected: Vec<String> = expected.iter().map(normalizer).collect();
+    if !expected.iter().any(|line| line.contains(IGNORE)) {
+        return actual == expected;
+    }
+    // Fragments between the markers appear in order; the first one at
+    // the very start.
+    let actual = actual.join("\n");
+    let expected = expected.join("\n");
+    let mut at = 0;
+    for (n, fragment) in expected.split(IGNORE).enumerate() {
+        if fragment.is_empty() {
+            continue;
+        }
+        match actual[at..].find(fragment) {
+            Some(found) if n > 0 || found == 0 => at += found + fragment.len(),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The part of a runner error that says what differed: its first lines,
+/// without the SQL it repeats.
+fn first_difference(error: &str) -> String {
+    let text: String = error
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .take(6)
+        .collect::<Vec<_>>()
+        .join(" ⏎ ");
+    let mut text = text.replace('|', "\\|");
+    if text.len() > 300 {
+        let mut end = 300;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(lines: &[&str]) -> Vec<Vec<String>> {
+        lines.iter().map(|l| vec![l.to_string()]).collect()
+    }
+
+    fn lines(lines: &[&str]) -> Vec<String> {
+        lines.iter().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn ignore_markers_match_any_text_between_fragments() {
+        let actual = rows(&["a plan with details", "done"]);
+        assert!(lines_match(
+            trimmed_end,
+            &actual,
+            &lines(&["a plan<slt:ignore>done"])
+        ));
+        assert!(!lines_match(
+            trimmed_end,
+            &actual,
+            &lines(&["plan<slt:ignore>"])
+        ));
+        assert!(lines_match(
+            trimmed_end,
+            &actual,
+            &lines(&["a plan with details  ", "done"])
+        ));
+        assert!(!lines_match(
+            trimmed_end,
+            &actual,
+            &lines(&["a plan", "done"])
+        ));
+    }
+}
