@@ -81,8 +81,13 @@ pub enum Work {
     Update(LogicalPlan, Arc<Session>),
 }
 
-/// The result of a DDL or DML statement read as a query.
-pub fn update_count_schema() -> SchemaRef {
+/// The result of a DDL or DML statement read as a query, as single-node
+/// DataFusion answers it: DML gives one row with the rows it wrote
+/// (`count`), DDL gives nothing (no columns, no rows).
+pub fn update_schema(plan: &LogicalPlan) -> SchemaRef {
+    if matches!(plan, LogicalPlan::Ddl(_)) {
+        return Arc::new(Schema::empty());
+    }
     Arc::new(Schema::new(vec![Field::new(
         "count",
         DataType::Int64,
@@ -199,16 +204,23 @@ impl Coordinator {
     /// PERMISSION_DENIED unless a client may define a table at `location`.
     /// Checked before DataFusion lists or reads anything there.
     pub fn check_table_location(&self, location: &str) -> Result<(), Status> {
+        self.check_location(location, "external tables may be created")
+    }
+
+    /// The same confinement for the files `COPY … TO` writes.
+    pub fn check_copy_location(&self, location: &str) -> Result<(), Status> {
+        self.check_location(location, "COPY may write")
+    }
+
+    fn check_location(&self, location: &str, what: &str) -> Result<(), Status> {
         match &self.table_roots {
             Some(roots) if roots.allows_location(location) => Ok(()),
             Some(_) => Err(Status::permission_denied(format!(
-                "{location} is outside the server's --data-root: external tables may be \
-                 created only there"
+                "{location} is outside the server's --data-root: {what} only there"
             ))),
-            None => Err(Status::permission_denied(
-                "external tables are off: start the server with --data-root DIR|URL to let \
-                 clients create them there",
-            )),
+            None => Err(Status::permission_denied(format!(
+                "{location}: {what} nowhere unless the server is started with --data-root DIR|URL"
+            ))),
         }
     }
 
@@ -334,7 +346,7 @@ impl Coordinator {
                 "EXPLAIN ANALYZE is not supported yet; use EXPLAIN",
             )),
             plan if is_update(plan) => Ok(PlannedQuery {
-                schema: update_count_schema(),
+                schema: update_schema(plan),
                 work: Work::Update(logical, Arc::clone(session)),
                 settings,
             }),
@@ -400,15 +412,17 @@ impl Coordinator {
                 // Boxed: an update runs its input through `execute` again.
                 let rows = Box::pin(run_update(self, &session, plan)).await?;
                 drop(slot);
-                let count = RecordBatch::try_new(
-                    schema.clone(),
-                    vec![Arc::new(Int64Array::from(vec![rows as i64]))],
-                )
-                .map_err(|e| Status::internal(e.to_string()))?;
-                return Ok(encode_batches(
-                    schema,
-                    futures::stream::once(async { Ok(count) }),
-                ));
+                let answer = if schema.fields().is_empty() {
+                    vec![]
+                } else {
+                    let count = RecordBatch::try_new(
+                        schema.clone(),
+                        vec![Arc::new(Int64Array::from(vec![rows as i64]))],
+                    )
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                    vec![Ok(count)]
+                };
+                return Ok(encode_batches(schema, futures::stream::iter(answer)));
             }
             Work::Distributed(graph) => graph,
         };

@@ -36,6 +36,7 @@ const OPERATOR_SETTINGS: &[&str] = &[
     "datafusion.execution.planning_concurrency",
 ];
 
+const TARGET_PARTITIONS: &str = "datafusion.execution.target_partitions";
 const DEFAULT_CATALOG: &str = "datafusion.catalog.default_catalog";
 const DEFAULT_SCHEMA: &str = "datafusion.catalog.default_schema";
 
@@ -123,19 +124,27 @@ impl Session {
     /// unknown keys, bad values, and catalogs or schemas that do not exist.
     pub fn set(&self, key: &str, value: &str) -> Result<(), Status> {
         let key = key.trim().to_ascii_lowercase();
-        check_client_may_set(&key)?;
+        let denied = check_client_may_set(&key).err();
         let state = self.ctx.state_ref();
         let mut state = state.write();
         // Tried on a copy first, so a bad value changes nothing.
         let mut options = state.config_options().as_ref().clone();
         if !options.entries().iter().any(|entry| entry.key == key) {
-            return Err(Status::invalid_argument(format!(
-                "SET {key}: no such setting"
-            )));
+            return Err(denied.unwrap_or_else(|| {
+                Status::invalid_argument(format!("SET {key}: no such setting"))
+            }));
         }
-        options
-            .set(&key, value)
-            .map_err(|e| Status::invalid_argument(format!("SET {key}: {e}")))?;
+        let before = options.clone();
+        options.set(&key, value).map_err(|e| {
+            denied
+                .clone()
+                .unwrap_or_else(|| Status::invalid_argument(format!("SET {key}: {e}")))
+        })?;
+        if let Some(denied) = denied {
+            if !self.operator_allows(&key, &before, &options) {
+                return Err(denied);
+            }
+        }
         let catalog = options.catalog.default_catalog.clone();
         let schema = options.catalog.default_schema.clone();
         if key == DEFAULT_CATALOG || key == DEFAULT_SCHEMA {
@@ -158,11 +167,32 @@ impl Session {
         Ok(())
     }
 
+    /// Whether an operator's setting may still change from `before` to
+    /// `after`: set to the value it already has (a no-op, which scripts
+    /// written for single-node DataFusion do), or target partitions
+    /// lowered (fewer tasks per stage never asks more of the cluster).
+    fn operator_allows(&self, key: &str, before: &ConfigOptions, after: &ConfigOptions) -> bool {
+        let value_of = |options: &ConfigOptions| {
+            options
+                .entries()
+                .into_iter()
+                .find(|entry| entry.key == key)
+                .and_then(|entry| entry.value)
+        };
+        if value_of(before) == value_of(after) {
+            return true;
+        }
+        key == TARGET_PARTITIONS
+            && after.execution.target_partitions <= self.initial.execution.target_partitions
+    }
+
     /// Puts one setting back to the value the session started with
     /// (`RESET key`).
     pub fn reset(&self, key: &str) -> Result<(), Status> {
         let key = key.trim().to_ascii_lowercase();
-        check_client_may_set(&key)?;
+        if key != TARGET_PARTITIONS {
+            check_client_may_set(&key)?;
+        }
         if !self.initial.entries().iter().any(|entry| entry.key == key) {
             return Err(Status::invalid_argument(format!(
                 "RESET {key}: no such setting"
@@ -231,8 +261,9 @@ fn check_client_may_set(key: &str) -> Result<(), Status> {
         Err(Status::permission_denied(format!(
             "{key} is a server setting a client cannot change; clients may change \
              datafusion.execution.*, datafusion.optimizer.*, datafusion.sql_parser.*, \
-             datafusion.explain.*, datafusion.format.* (except target_partitions and \
-             planning_concurrency) and the default catalog and schema"
+             datafusion.explain.*, datafusion.format.* (except planning_concurrency, and \
+             target_partitions only below the server's), the default catalog and schema, \
+             and any setting to the value it already has"
         )))
     }
 }
@@ -324,5 +355,30 @@ mod tests {
         assert_eq!(code(session.set_catalog("missing")), Code::InvalidArgument);
         assert_eq!(session.schema(), "public");
         assert!(session.changed_settings().is_empty());
+    }
+
+    #[tokio::test]
+    async fn operator_settings_may_be_restated_and_partitions_lowered() {
+        let session = Session::derived_from(&base().await);
+        let partitions = session.ctx().state().config().target_partitions();
+        let information_schema = "datafusion.catalog.information_schema";
+        session.set(information_schema, "true").unwrap();
+        assert_eq!(
+            session.set(information_schema, "false").unwrap_err().code(),
+            Code::PermissionDenied
+        );
+        let key = "datafusion.execution.target_partitions";
+        let above = (partitions + 1).to_string();
+        assert_eq!(
+            session.set(key, &above).unwrap_err().code(),
+            Code::PermissionDenied
+        );
+        session.set(key, "1").unwrap();
+        assert_eq!(session.ctx().state().config().target_partitions(), 1);
+        session.reset(key).unwrap();
+        assert_eq!(
+            session.ctx().state().config().target_partitions(),
+            partitions
+        );
     }
 }

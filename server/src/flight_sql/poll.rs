@@ -28,7 +28,7 @@ use tonic::{Request, Status};
 use super::handles::HandleMap;
 use super::service::SquadronFlightSql;
 use super::sessions::Caller;
-use crate::coordinator::{update_count_schema, PlannedQuery};
+use crate::coordinator::{update_schema, PlannedQuery};
 use crate::output::JobStream;
 use crate::planner::client_types::client_schema;
 use crate::session::changes_session;
@@ -168,7 +168,7 @@ impl SquadronFlightSql {
                 if changes_session(&plan) {
                     Schema::empty()
                 } else if is_update(&plan) {
-                    update_count_schema().as_ref().clone()
+                    update_schema(&plan).as_ref().clone()
                 } else {
                     client_schema(plan.schema().as_arrow())
                 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::SqlInfoData;
@@ -34,6 +33,7 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
+use squadron_worker::stream::encoder::flight_data;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
@@ -822,10 +822,8 @@ impl FlightSqlService for SquadronFlightSql {
         let builder = query.into_builder(&self.sql_info);
         let schema = builder.schema();
         let batch = builder.build();
-        let stream = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(futures::stream::once(async { batch }))
-            .map_err(Status::from);
+        let stream =
+            flight_data(schema, futures::stream::once(async { batch })).map_err(Status::from);
         Ok(Response::new(stream.boxed()))
     }
 

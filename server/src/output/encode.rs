@@ -2,14 +2,13 @@
 //! encoded as the Flight messages a `DoGet` sends; and the schema message
 //! that starts a forwarded job output.
 
-use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
-use arrow_flight::{FlightData, SchemaAsIpc};
+use arrow_flight::FlightData;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::{Stream, StreamExt, TryStreamExt};
-use squadron_worker::stream::flight_batches::{for_flight, NO_ENCODER_SPLIT};
+use squadron_worker::stream::encoder::{self, flight_data};
+use squadron_worker::stream::flight_batches::for_flight;
 use tonic::Status;
 
 use super::JobStream;
@@ -17,7 +16,7 @@ use super::JobStream;
 /// The schema message every `DoGet` answer starts with. Workers encode
 /// with the same (default) IPC options, so their batches follow it.
 pub fn schema_message(schema: &SchemaRef) -> FlightData {
-    SchemaAsIpc::new(schema, &IpcWriteOptions::default()).into()
+    encoder::schema_message(&encoder::without_dictionaries(schema))
 }
 
 /// Encodes batches computed on the coordinator, cut for Flight.
@@ -28,10 +27,7 @@ where
     let pieces = batches
         .map_ok(|batch| futures::stream::iter(for_flight(batch).into_iter().map(Ok::<_, Status>)))
         .try_flatten();
-    FlightDataEncoderBuilder::new()
-        .with_schema(schema)
-        .with_max_flight_data_size(NO_ENCODER_SPLIT)
-        .build(pieces.map_err(FlightError::from))
+    flight_data(schema, pieces.map_err(FlightError::from))
         .map_err(Status::from)
         .boxed()
 }

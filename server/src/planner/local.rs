@@ -6,6 +6,9 @@
 //! Anything that scans a table or generates rows (`generate_series`,
 //! `range`, which can be made arbitrarily large) goes to the workers.
 //!
+//! A recursive CTE over constants stays too: its work table holds only
+//! rows derived from them (and cannot be sent to a worker anyway).
+//!
 //! Catalog views (`information_schema`, hence `SHOW TABLES`, `SHOW
 //! COLUMNS`) are streams over the coordinator's catalog: only it has them,
 //! and they are small, so they run here too.
@@ -16,6 +19,7 @@ use datafusion::datasource::memory::{DataSourceExec, MemorySourceConfig};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::streaming::StreamingTableExec;
+use datafusion::physical_plan::work_table::WorkTableExec;
 use datafusion::physical_plan::ExecutionPlan;
 
 /// Whether every input of `plan` is a constant of the statement.
@@ -25,6 +29,8 @@ pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {
         return plan.is::<PlaceholderRowExec>()
             || plan.is::<EmptyExec>()
             || plan.is::<StreamingTableExec>()
+            // a recursive query's rows so far: constants, if the rest are
+            || plan.is::<WorkTableExec>()
             || plan
                 .downcast_ref::<DataSourceExec>()
                 .is_some_and(|scan| scan.data_source().is::<MemorySourceConfig>());

@@ -270,19 +270,21 @@ async fn monitor(
             std::future::pending::<()>().await;
             return;
         }
-        Ok(Some(s)) => TaskFailure {
-            status: Status::new(
-                failure_code(&s),
-                format!(
-                    "task {} on {url} {:?}: {}",
-                    task_name(s.key.as_ref(), s.attempt),
-                    s.state(),
-                    s.message
-                ),
-            ),
-            lost_worker: None,
-            derived: s.upstream,
-        },
+        Ok(Some(s)) => {
+            // The client gets the task's own error, as single-node
+            // DataFusion words it; where it happened is for the log.
+            tracing::warn!(
+                "task {} on {url} {:?}: {}",
+                task_name(s.key.as_ref(), s.attempt),
+                s.state(),
+                s.message
+            );
+            TaskFailure {
+                status: Status::new(failure_code(&s), s.message),
+                lost_worker: None,
+                derived: s.upstream,
+            }
+        }
         Ok(None) => TaskFailure::new(
             Status::unavailable(format!("worker {url} closed a task stream")),
             Some(url),

@@ -1,6 +1,6 @@
 //! Statements that change the catalog or a table's rows: `CREATE TABLE
 //! [AS SELECT]`, `INSERT INTO`, `CREATE EXTERNAL TABLE`, `CREATE VIEW`,
-//! `DROP TABLE`, `DROP VIEW`, and bulk ingest.
+//! `DROP TABLE`, `DROP VIEW`, `COPY … TO`, and bulk ingest.
 //!
 //! The rows a statement writes are computed by the same distributed
 //! execution as any query; the coordinator writes them into the table's
@@ -8,6 +8,7 @@
 //! Created tables, external tables and views are persisted
 //! (`catalog::persisted`) and come back after a restart.
 
+pub mod copy;
 pub mod ingest;
 pub mod write;
 
@@ -21,6 +22,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
 use datafusion::datasource::listing::ListingTable;
+use datafusion::datasource::TableType;
 use datafusion::execution::cache::TableScopedPath;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
@@ -36,7 +38,10 @@ use crate::session::Session;
 
 /// Whether `plan` is a statement `run_update` executes.
 pub fn is_update(plan: &LogicalPlan) -> bool {
-    matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Dml(_))
+    matches!(
+        plan,
+        LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_)
+    )
 }
 
 /// Runs a DDL or DML statement; returns the rows it wrote (0 for DDL).
@@ -48,13 +53,18 @@ pub async fn run_update(
 ) -> Result<u64, Status> {
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+            if create.if_not_exists && create.or_replace {
+                return Err(Status::invalid_argument(
+                    "Execution error: 'IF NOT EXISTS' cannot coexist with 'REPLACE'",
+                ));
+            }
             let name = full_name(session, &create.name)?;
             if exists(coord, &name) {
                 if create.if_not_exists {
                     return Ok(0);
                 }
                 if !create.or_replace {
-                    return Err(already_exists(&name));
+                    return Err(already_exists(&create.name));
                 }
             }
             let input = coord.plan_logical(session, (*create.input).clone()).await?;
@@ -82,12 +92,21 @@ pub async fn run_update(
             define(coord, session, &name, definition, temporary, plan).await
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
-            drop_table(coord, &full_name(session, &drop.name)?, drop.if_exists).await
+            let name = full_name(session, &drop.name)?;
+            if !is_of_type(coord, &name, TableType::Base).await {
+                return missing("Table", &drop.name, drop.if_exists);
+            }
+            drop_table(coord, &name).await
         }
         LogicalPlan::Ddl(DdlStatement::DropView(drop)) => {
-            drop_table(coord, &full_name(session, &drop.name)?, drop.if_exists).await
+            let name = full_name(session, &drop.name)?;
+            if !is_of_type(coord, &name, TableType::View).await {
+                return missing("View", &drop.name, drop.if_exists);
+            }
+            drop_table(coord, &name).await
         }
         LogicalPlan::Dml(dml) => insert(coord, session, dml).await,
+        LogicalPlan::Copy(copy) => copy::copy_to(coord, session, copy).await,
         other => Err(Status::unimplemented(format!(
             "not supported yet: {}",
             other.display()
@@ -116,8 +135,33 @@ fn exists(coord: &Coordinator, name: &TableReference) -> bool {
     coord.session().table_exist(name.clone()).unwrap_or(false)
 }
 
+/// Worded as single-node DataFusion words it (clients match on it).
 fn already_exists(name: &TableReference) -> Status {
-    Status::already_exists(format!("table {name} already exists"))
+    Status::already_exists(format!("Execution error: Table '{name}' already exists"))
+}
+
+/// Whether `name` exists and is a table (`Base`) or a view: DROP TABLE
+/// leaves views alone and DROP VIEW tables.
+async fn is_of_type(coord: &Coordinator, name: &TableReference, kind: TableType) -> bool {
+    match coord.session().table_provider(name.clone()).await {
+        Ok(provider) => {
+            let found = provider.table_type();
+            found == kind || (kind == TableType::Base && found == TableType::Temporary)
+        }
+        Err(_) => false,
+    }
+}
+
+/// A DROP of something that is not there: nothing with IF EXISTS, else
+/// NOT_FOUND as DataFusion words it.
+fn missing(kind: &str, name: &TableReference, if_exists: bool) -> Result<u64, Status> {
+    if if_exists {
+        Ok(0)
+    } else {
+        Err(Status::not_found(format!(
+            "Execution error: {kind} '{name}' doesn't exist."
+        )))
+    }
 }
 
 fn catalog(coord: &Coordinator) -> Result<&Arc<PersistedCatalog>, Status> {
@@ -218,18 +262,7 @@ async fn define(
     Ok(0)
 }
 
-async fn drop_table(
-    coord: &Coordinator,
-    name: &TableReference,
-    if_exists: bool,
-) -> Result<u64, Status> {
-    if !exists(coord, name) {
-        return if if_exists {
-            Ok(0)
-        } else {
-            Err(Status::not_found(format!("table {name} does not exist")))
-        };
-    }
+async fn drop_table(coord: &Coordinator, name: &TableReference) -> Result<u64, Status> {
     coord
         .session()
         .deregister_table(name.clone())

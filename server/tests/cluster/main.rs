@@ -8,6 +8,7 @@ mod support;
 mod client_errors;
 mod concurrent_clients;
 mod coordinator_health;
+mod copy_to;
 mod exchange_shapes;
 mod graceful_shutdown;
 mod job_graph_snapshots;

@@ -4,7 +4,6 @@
 
 use std::pin::Pin;
 
-use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
@@ -18,8 +17,9 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use squadron_proto::StreamKey;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::stream::encoder::flight_data;
 use crate::stream::end_marker::end_message;
-use crate::stream::flight_batches::{for_flight, NO_ENCODER_SPLIT};
+use crate::stream::flight_batches::for_flight;
 use crate::stream::manager::REGISTRATION_WAIT;
 use crate::stream::{PendingStream, StreamManager};
 
@@ -58,10 +58,7 @@ fn serve_stream(pending: PendingStream) -> impl Stream<Item = Result<FlightData,
             batches.load(Ordering::Relaxed),
         ))
     });
-    FlightDataEncoderBuilder::new()
-        .with_schema(pending.schema)
-        .with_max_flight_data_size(NO_ENCODER_SPLIT)
-        .build(data)
+    flight_data(pending.schema, data)
         .chain(end)
         .map_err(Status::from)
         .inspect({

@@ -6,8 +6,8 @@
 //! the Flight encoder splits by, counts every shared buffer whole: a batch
 //! sliced from a large decoded page looked hundreds of times its size and
 //! was split into batches of a few dozen rows. So we measure the slice
-//! (`real_size`), cut ourselves, and tell the encoder not to split again
-//! (`NO_ENCODER_SPLIT`). String/binary *view* arrays are the exception: a
+//! (`real_size`) and cut ourselves; our encoder (`stream::encoder`) never
+//! splits again. String/binary *view* arrays are the exception: a
 //! slice of one is sent with every data buffer of the original, so batches
 //! with view columns are compacted (`gc`) first.
 
@@ -19,11 +19,6 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 /// Aim well below the common 4 MiB limit, leaving room for the IPC framing.
 pub const TARGET_BYTES: usize = 2 * 1024 * 1024;
-
-/// For `FlightDataEncoderBuilder::with_max_flight_data_size`: batches were
-/// already cut by `for_flight`, so the encoder must not split them by its
-/// overcounting measure.
-pub const NO_ENCODER_SPLIT: usize = usize::MAX;
 
 /// Splits (and compacts view columns of) `batch` so each piece encodes to
 /// about `TARGET_BYTES` or less.

@@ -2,6 +2,7 @@
 //! streams waiting for their consumer.
 
 pub mod channel;
+pub mod encoder;
 pub mod end_marker;
 pub mod fetch;
 pub mod flight_batches;
