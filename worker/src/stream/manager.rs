@@ -103,18 +103,30 @@ impl StreamManager {
         let Some(signature) = signature else {
             return Ok(self.take(key));
         };
-        if let Some((_, stream)) = self
-            .pending
-            .remove_if(key, |_, stream| stream.secret.verifies(key, signature))
-        {
-            return Ok(Some(stream));
+        loop {
+            if let Some((_, stream)) = self
+                .pending
+                .remove_if(key, |_, stream| stream.secret.verifies(key, signature))
+            {
+                return Ok(Some(stream));
+            }
+            // Not taken: absent, or signed by another secret — or
+            // registered just after the look above, so look again rather
+            // than call a good ticket forged.
+            let verifies = self
+                .pending
+                .get(key)
+                .map(|stream| stream.secret.verifies(key, signature));
+            match verifies {
+                None => return Ok(None),
+                Some(false) => {
+                    return Err(Status::permission_denied(format!(
+                        "the ticket for task stream {key} is not signed by its job"
+                    )))
+                }
+                Some(true) => continue,
+            }
         }
-        if self.pending.contains_key(key) {
-            return Err(Status::permission_denied(format!(
-                "the ticket for task stream {key} is not signed by its job"
-            )));
-        }
-        Ok(None)
     }
 
     /// Takes a stream as `take_signed` does, waiting up to `within` for it
