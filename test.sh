@@ -18,6 +18,9 @@ cargo run --quiet --locked -p squadron-server -- --help > /dev/null
 echo "== rust tests"
 cargo test --workspace --locked
 
+echo "== DataFusion's sqllogictest corpus, CI subset: single-node vs Squadron"
+cargo run --quiet --locked -p squadron-sqllogictest -- --subset ci --check
+
 echo "== python client tests"
 venv=integration/.venv
 if [ ! -x "$venv/bin/python" ]; then
