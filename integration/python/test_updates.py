@@ -61,6 +61,26 @@ def test_ddl_and_dml_report_row_counts(conn, oracle):
         assert execute_update(cur, f"DROP TABLE IF EXISTS {t}") == 0
 
 
+def test_ddl_through_execute_takes_effect_without_a_fetch(conn):
+    # ADBC's cursor.execute only describes the statement (GetFlightInfo);
+    # it reads the answer (DoGet) only when fetched. DDL and DML must not
+    # wait for that read, and their errors come back from execute itself.
+    t = fresh("unfetched")
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {t} AS SELECT 1 AS a")
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {t} VALUES (2)")
+    with conn.cursor() as cur:
+        assert count(cur, t) == 2
+        with pytest.raises(flightsql.Error) as err:
+            cur.execute(f"DROP VIEW {t}")
+        assert "doesn't exist" in str(err.value)
+        cur.execute(f"DROP TABLE {t}")
+        assert cur.fetch_arrow_table().num_rows == 0
+    with conn.cursor() as cur, pytest.raises(flightsql.Error):
+        cur.execute(f"SELECT * FROM {t}")
+
+
 def test_executemany_inserts_every_row(conn):
     t = fresh("many")
     with conn.cursor() as cur:

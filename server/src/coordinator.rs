@@ -385,6 +385,29 @@ impl Coordinator {
         }
     }
 
+    /// Runs a DDL or DML statement now (after an admission slot); its
+    /// answer for `schema`: nothing for DDL, one `count` row for DML.
+    pub async fn run_update_now(
+        &self,
+        schema: &SchemaRef,
+        plan: LogicalPlan,
+        session: &Arc<Session>,
+    ) -> Result<Vec<RecordBatch>, Status> {
+        let slot = self.admission.admit().await?;
+        // Boxed: an update runs its input through `execute` again.
+        let rows = Box::pin(run_update(self, session, plan)).await?;
+        drop(slot);
+        if schema.fields().is_empty() {
+            return Ok(vec![]);
+        }
+        let count = RecordBatch::try_new(
+            Arc::clone(schema),
+            vec![Arc::new(Int64Array::from(vec![rows as i64]))],
+        )
+        .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(vec![count])
+    }
+
     /// Runs a planned statement; the stream yields its result as Flight
     /// messages. Waits for an admission slot first (or is refused with
     /// RESOURCE_EXHAUSTED).
@@ -408,20 +431,8 @@ impl Coordinator {
                 return Ok(encode_batches(schema, batches));
             }
             Work::Update(plan, session) => {
-                let slot = self.admission.admit().await?;
-                // Boxed: an update runs its input through `execute` again.
-                let rows = Box::pin(run_update(self, &session, plan)).await?;
-                drop(slot);
-                let answer = if schema.fields().is_empty() {
-                    vec![]
-                } else {
-                    let count = RecordBatch::try_new(
-                        schema.clone(),
-                        vec![Arc::new(Int64Array::from(vec![rows as i64]))],
-                    )
-                    .map_err(|e| Status::internal(e.to_string()))?;
-                    vec![Ok(count)]
-                };
+                let answer = Box::pin(self.run_update_now(&schema, plan, &session)).await?;
+                let answer = answer.into_iter().map(Ok);
                 return Ok(encode_batches(schema, futures::stream::iter(answer)));
             }
             Work::Distributed(graph) => graph,

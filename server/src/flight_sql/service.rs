@@ -274,6 +274,34 @@ impl SquadronFlightSql {
         self.as_query(caller, self.run_plans(caller, plans)).await
     }
 
+    /// A DDL or DML statement runs when it is described (GetFlightInfo),
+    /// as single-node DataFusion runs it when planned: clients that never
+    /// fetch its empty or `count` answer (ADBC's `cursor.execute`) still
+    /// change the table, and errors come back at once. Its DoGet then
+    /// sends the answer.
+    async fn updated_now(
+        &self,
+        caller: &Caller,
+        planned: PlannedQuery,
+    ) -> Result<PlannedQuery, Status> {
+        let Work::Update(plan, session) = planned.work else {
+            return Ok(planned);
+        };
+        let _slot = self.state.quotas.admit(caller)?;
+        let schema = planned.schema;
+        let answer = self
+            .as_query(
+                caller,
+                self.coordinator.run_update_now(&schema, plan, &session),
+            )
+            .await?;
+        Ok(PlannedQuery {
+            schema,
+            work: Work::Immediate(answer),
+            settings: planned.settings,
+        })
+    }
+
     /// Runs `work` (DDL, DML, an ingest) as a query of `caller`: listed in
     /// `system.queries`, its log lines carrying the query id.
     async fn as_query<T>(
@@ -400,6 +428,7 @@ impl FlightSqlService for SquadronFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let caller = Caller::of(&request);
         let planned = self.plan_sql(&caller, &query.query).await?;
+        let planned = self.updated_now(&caller, planned).await?;
         self.statement_info(&caller, planned, request.into_inner())
     }
 
@@ -447,6 +476,7 @@ impl FlightSqlService for SquadronFlightSql {
         let caller = Caller::of(&request);
         let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
         let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
+        let planned = self.updated_now(&caller, planned).await?;
         self.statement_info(&caller, planned, request.into_inner())
     }
 
