@@ -10,6 +10,11 @@ pub enum Subset {
     Ci,
 }
 
+// Left out: math.slt, whose `arrow_typeof(abs(c)) … LIMIT 1` (line 533)
+// fails single-node too once the overflowing row is reached: which rows a
+// LIMIT evaluates depends on the partition that answers first.
+// join_is_not_distinct_from.slt: one row differs in partitioned-join mode
+// (see docs/sqllogictest.md).
 const CI_FILES: &[&str] = &[
     // joins
     "joins.slt",
@@ -64,7 +69,6 @@ const CI_FILES: &[&str] = &[
     "expr.slt",
     "scalar.slt",
     "select.slt",
-    "math.slt",
     "order.slt",
     "limit.slt",
     "unnest.slt",
