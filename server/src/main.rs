@@ -288,9 +288,10 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));
+    let terminated = squadron_worker::shutdown::termination();
     // Tools that start the server read this line for the bound port.
     println!("Squadron Flight SQL server listening on {}", server.uri());
     server
-        .serve_until_terminated(Duration::from_secs(args.shutdown_grace))
+        .serve_until_terminated(Duration::from_secs(args.shutdown_grace), terminated)
         .await
 }

@@ -139,12 +139,17 @@ impl RunningServer {
         format!("{scheme}://{}", self.addr)
     }
 
-    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully: no new
-    /// calls, running queries get `grace` to finish.
-    pub async fn serve_until_terminated(mut self, grace: Duration) -> anyhow::Result<()> {
+    /// Serves until `terminated` resolves (see
+    /// `squadron_worker::shutdown::termination`), then shuts down
+    /// gracefully: no new calls, running queries get `grace` to finish.
+    pub async fn serve_until_terminated(
+        mut self,
+        grace: Duration,
+        terminated: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
         tokio::select! {
             result = &mut self.handle => return Ok(result??),
-            _ = squadron_worker::shutdown::termination() => {}
+            _ = terminated => {}
         }
         tracing::info!("stopping: no new queries, finishing running ones");
         if let Some(tx) = self.shutdown.take() {

@@ -107,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
     })?;
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
+    let terminated = termination();
     // Tools that start workers read this line for the bound port.
     println!("squadron-worker listening on {}://{addr}", worker.scheme());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -115,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
     }));
     tokio::select! {
         result = &mut server => return result?,
-        _ = termination() => {}
+        _ = terminated => {}
     }
     tracing::info!("stopping: no new tasks, finishing running ones");
     let _ = stop.send(());

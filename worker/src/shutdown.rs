@@ -6,24 +6,38 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 /// Resolves when the process is asked to stop: SIGTERM or Ctrl-C.
-pub async fn termination() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+///
+/// The handlers are installed when this is called, not when the future is
+/// first polled: call it before announcing the listening address, or a
+/// supervisor that stops the process right after the announcement kills
+/// it with the default signal action instead of shutting it down.
+#[cfg(unix)]
+pub fn termination() -> impl std::future::Future<Output = ()> + Send {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handlers = signal(SignalKind::terminate()).and_then(|term| {
+        let interrupt = signal(SignalKind::interrupt())?;
+        Ok((term, interrupt))
+    });
+    async move {
+        match handlers {
+            Ok((mut term, mut interrupt)) => {
                 tokio::select! {
                     _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = interrupt.recv() => {}
                 }
             }
-            Err(_) => {
+            Err(e) => {
+                tracing::warn!("no SIGTERM handler ({e}); stopping on Ctrl-C only");
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
     }
-    #[cfg(not(unix))]
-    {
+}
+
+/// Resolves when the process is asked to stop (Ctrl-C).
+#[cfg(not(unix))]
+pub fn termination() -> impl std::future::Future<Output = ()> + Send {
+    async {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
