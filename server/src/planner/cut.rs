@@ -26,12 +26,13 @@
 
 use std::sync::Arc;
 
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use squadron_proto::v1::ReadMode;
+use squadron_worker::plan::stage_read::{hash_partition_columns, uniform_constant_columns};
 use squadron_worker::plan::StageReadExec;
 
 use super::allow_list::{split_rule, Split};
@@ -123,12 +124,12 @@ impl Cutter {
             tasks,
             StageOutput::Repartition { channels },
         );
-        Ok(Arc::new(StageReadExec::new(
-            id as u32,
-            ReadMode::Shuffle,
-            channels,
-            plan.schema(),
-        )))
+        let read = StageReadExec::new(id as u32, ReadMode::Shuffle, channels, plan.schema());
+        let hashed = hash_partition_columns(plan.output_partitioning(), channels);
+        Ok(Arc::new(
+            read.with_constants(&constants_of(plan))?
+                .hashed_on(&hashed)?,
+        ))
     }
 
     /// The merge's input becomes a producer stage; the merge stays here.
@@ -137,13 +138,11 @@ impl Cutter {
         let tasks = input.output_partitioning().partition_count();
         let schema = input.schema();
         // The channel count is set once the readers are known (`readers`).
+        let constants = constants_of(&input);
+        let hashed = hash_partition_columns(input.output_partitioning(), tasks);
         let id = self.push_stage(input, tasks, StageOutput::Broadcast { channels: 1 });
-        let read = Arc::new(StageReadExec::new(
-            id as u32,
-            ReadMode::Merge,
-            tasks,
-            schema,
-        ));
+        let read = StageReadExec::new(id as u32, ReadMode::Merge, tasks, schema);
+        let read = Arc::new(read.with_constants(&constants)?.hashed_on(&hashed)?);
         #[allow(deprecated)]
         plan.with_new_children(vec![read])
     }
@@ -181,4 +180,12 @@ fn collect_reads(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<usize>) {
     for child in plan.children() {
         collect_reads(child, out);
     }
+}
+
+/// What the read replacing `plan` keeps of its properties: the columns
+/// constant across the whole stream. The operators above were planned
+/// knowing them (DataFusion drops a sort on a column a filter fixed), so a
+/// read that forgot them would fail those operators' checks on the worker.
+fn constants_of(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, Option<ScalarValue>)> {
+    uniform_constant_columns(plan.equivalence_properties())
 }

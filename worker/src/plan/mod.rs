@@ -3,6 +3,7 @@
 pub mod codec;
 pub mod guard;
 pub mod stage_read;
+pub mod wire;
 
 pub use codec::{decode_plan, encode_plan, SquadronCodec};
 pub use stage_read::{StageBinding, StageReadExec};

@@ -13,7 +13,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{exec_err, internal_err, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::common::ScalarValue;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{
+    AcrossPartitions, ConstExpr, EquivalenceProperties, Partitioning, PhysicalExpr,
+};
 use datafusion::physical_plan::execution_plan::{
     Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
 };
@@ -80,6 +84,66 @@ impl StageReadExec {
         }
     }
 
+    /// A copy that knows which of its columns hold one value in every row
+    /// (`column`, value when known). Only such whole-stream constants are
+    /// kept: a value constant per upstream partition is not constant once
+    /// partitions are merged or shuffled.
+    pub fn with_constants(&self, constants: &[(usize, Option<ScalarValue>)]) -> Result<Self> {
+        let schema = self.schema();
+        let mut properties = EquivalenceProperties::new(Arc::clone(&schema));
+        let mut exprs = Vec::with_capacity(constants.len());
+        for (index, value) in constants {
+            let Some(field) = schema.fields().get(*index) else {
+                return internal_err!("constant column {index} of a {}-column read", schema.fields().len());
+            };
+            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), *index));
+            exprs.push(ConstExpr::new(column, AcrossPartitions::Uniform(value.clone())));
+        }
+        properties.add_constants(exprs)?;
+        let partitioning = self.properties.output_partitioning().clone();
+        Ok(Self {
+            properties: Arc::new(PlanProperties::new(
+                properties,
+                partitioning,
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )),
+            ..self.clone_unbound()
+        })
+    }
+
+    /// A copy whose partitions are the hash partitions of `columns` (see
+    /// `hash_columns`); none for the default, unknown partitioning.
+    pub fn hashed_on(&self, columns: &[usize]) -> Result<Self> {
+        if columns.is_empty() {
+            return Ok(self.clone_unbound());
+        }
+        let schema = self.schema();
+        let mut exprs = Vec::with_capacity(columns.len());
+        for index in columns {
+            let Some(field) = schema.fields().get(*index) else {
+                return internal_err!("hash column {index} of a {}-column read", schema.fields().len());
+            };
+            exprs.push(Arc::new(Column::new(field.name(), *index)) as Arc<dyn PhysicalExpr>);
+        }
+        let mut properties = PlanProperties::clone(&self.properties);
+        properties.partitioning = Partitioning::Hash(exprs, self.partitions);
+        Ok(Self {
+            properties: Arc::new(properties),
+            ..self.clone_unbound()
+        })
+    }
+
+    /// The columns the read is hash-partitioned on (see `hashed_on`).
+    pub fn hash_columns(&self) -> Vec<usize> {
+        hash_partition_columns(self.properties.output_partitioning(), self.partitions)
+    }
+
+    /// The whole-stream constant columns (see `with_constants`).
+    pub fn constants(&self) -> Vec<(usize, Option<ScalarValue>)> {
+        uniform_constant_columns(self.properties.equivalence_properties())
+    }
+
     /// A copy read by the given consumer tasks (MERGE mode).
     pub fn with_readers(&self, readers: Vec<u32>) -> Self {
         Self {
@@ -132,13 +196,10 @@ impl StageReadExec {
                 self.partitions
             );
         }
-        if self.mode == ReadMode::Merge && !self.readers.contains(&binding.consumer_partition) {
-            return internal_err!(
-                "task {} is not a reader of stage {}",
-                binding.consumer_partition,
-                self.stage_id
-            );
-        }
+        // A task that is not a reader of a merge still binds it: the read may
+        // sit under a union branch this task never executes (a union's
+        // partitions are its inputs' partitions side by side). Executing it
+        // is refused in `streams_for`.
         Ok(Self {
             binding: Some(binding),
             ..self.clone_unbound()
@@ -161,7 +222,7 @@ impl StageReadExec {
         match self.mode {
             ReadMode::Merge => {
                 let (url, attempt) = &binding.upstream[partition];
-                // `bind` refused tasks that are not readers; a miss here is a bug.
+                // Only a union branch of another task holds such a read.
                 let Some(channel) = self
                     .readers
                     .iter()
@@ -269,7 +330,8 @@ impl ExecutionPlan for StageReadExec {
                 }
                 None => {
                     let ticket = binding.secret.ticket(&key);
-                    fetch_stream(binding.clients.clone(), url, key, ticket).boxed()
+                    fetch_stream(binding.clients.clone(), url, key, ticket, self.schema())
+                        .boxed()
                 }
             });
         // Read all upstream streams at once: a producer blocked on one
@@ -280,6 +342,38 @@ impl ExecutionPlan for StageReadExec {
             merged,
         )))
     }
+}
+
+/// The columns of a hash partitioning into `partitions` partitions, when it
+/// is one over plain columns: what a read of a stream partitioned so may
+/// promise (see `StageReadExec::hashed_on`). Empty otherwise.
+pub fn hash_partition_columns(partitioning: &Partitioning, partitions: usize) -> Vec<usize> {
+    match partitioning {
+        Partitioning::Hash(exprs, n) if *n == partitions => exprs
+            .iter()
+            .map(|e| e.downcast_ref::<Column>().map(Column::index))
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
+        _ => vec![],
+    }
+}
+
+/// The columns `properties` knows to hold one value across all partitions:
+/// what a read of a stream with these properties may promise.
+pub fn uniform_constant_columns(
+    properties: &EquivalenceProperties,
+) -> Vec<(usize, Option<ScalarValue>)> {
+    properties
+        .constants()
+        .into_iter()
+        .filter_map(|constant| {
+            let column = constant.expr.downcast_ref::<Column>()?;
+            match constant.across_partitions {
+                AcrossPartitions::Uniform(value) => Some((column.index(), value)),
+                AcrossPartitions::Heterogeneous => None,
+            }
+        })
+        .collect()
 }
 
 /// The batches of a task stream produced on this worker by a task that

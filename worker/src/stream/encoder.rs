@@ -15,6 +15,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::{FlightData, SchemaAsIpc};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::compute::cast;
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::{
     DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
@@ -46,11 +47,7 @@ pub fn schema_message(schema: &Schema) -> FlightData {
 /// The schema batches are sent with: each dictionary type replaced by
 /// its value type, at any depth.
 pub fn without_dictionaries(schema: &SchemaRef) -> SchemaRef {
-    if !schema
-        .fields()
-        .iter()
-        .any(|f| has_dictionary(f.data_type()))
-    {
+    if !changes_in_transit(schema) {
         return Arc::clone(schema);
     }
     let fields: Vec<FieldRef> = schema.fields().iter().map(plain_field).collect();
@@ -90,28 +87,36 @@ impl BatchEncoder {
 
     /// `batch` with the sent schema: dictionary columns cast to values.
     fn conformed(&self, batch: &RecordBatch) -> Result<RecordBatch, FlightError> {
-        if Arc::ptr_eq(batch.schema_ref(), &self.schema) || batch.schema_ref() == &self.schema {
-            return Ok(batch.clone());
-        }
-        let columns = batch
-            .columns()
-            .iter()
-            .zip(self.schema.fields())
-            .map(|(column, field)| {
-                if column.data_type() == field.data_type() {
-                    Ok(Arc::clone(column))
-                } else {
-                    cast(column, field.data_type())
-                }
-            })
-            .collect::<Result<Vec<ArrayRef>, _>>()?;
-        let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-        Ok(RecordBatch::try_new_with_options(
-            Arc::clone(&self.schema),
-            columns,
-            &options,
-        )?)
+        Ok(cast_to_schema(batch, &self.schema)?)
     }
+}
+
+/// `batch` with `schema`'s column types, casting the columns whose type
+/// differs. Senders use it to replace dictionaries by their values;
+/// readers to turn them back into the dictionaries their plan expects.
+pub fn cast_to_schema(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    if Arc::ptr_eq(batch.schema_ref(), schema) || batch.schema_ref() == schema {
+        return Ok(batch.clone());
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                Ok(Arc::clone(column))
+            } else {
+                cast(column, field.data_type())
+            }
+        })
+        .collect::<Result<Vec<ArrayRef>, _>>()?;
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(Arc::clone(schema), columns, &options)
+}
+
+/// Whether batches of `schema` travel with other types (dictionaries).
+pub fn changes_in_transit(schema: &SchemaRef) -> bool {
+    schema.fields().iter().any(|f| has_dictionary(f.data_type()))
 }
 
 fn has_dictionary(data_type: &DataType) -> bool {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::{FlightData, Ticket};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -26,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::encoder::{cast_to_schema, changes_in_transit};
 use super::end_marker::{strip_end, EndSeen};
 use super::ipc_header::{message_kind, MessageKind};
 use crate::client::PeerClients;
@@ -34,21 +36,27 @@ use crate::error::upstream_error;
 /// Items a stream read from a peer buffers ahead of its consumer.
 const READ_AHEAD: usize = 2;
 
-/// The batches of one task output stream.
+/// The batches of one task output stream, with the types of `schema`:
+/// dictionary columns travel as their values (see `encoder`) and are
+/// encoded again here, since the reading plan's operators were planned
+/// for (and some assume) the dictionary type.
 pub fn fetch_stream(
     clients: PeerClients,
     url: String,
     key: StreamKey,
     ticket: Vec<u8>,
+    schema: SchemaRef,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
     let messages =
         verified_messages(clients.clone(), url.clone(), ticket).map_ok(|(data, _rows)| data);
-    read_ahead(
-        clients,
-        url,
-        key,
-        FlightRecordBatchStream::new_from_flight_data(messages),
-    )
+    let recast = changes_in_transit(&schema);
+    let batches = FlightRecordBatchStream::new_from_flight_data(messages).map(move |batch| {
+        match batch {
+            Ok(batch) if recast => Ok(cast_to_schema(&batch, &schema)?),
+            other => other,
+        }
+    });
+    read_ahead(clients, url, key, batches)
 }
 
 /// The record batch messages of one task output stream, undecoded, each
