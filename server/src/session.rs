@@ -10,11 +10,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use datafusion::config::ConfigOptions;
+use datafusion::config::{ConfigField, ConfigOptions};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{LogicalPlan, Statement};
+use squadron_worker::configured_functions::refresh_configured_functions;
 use tonic::Status;
 
 /// Settings a client may change for itself. The rest shape the server
@@ -129,16 +130,13 @@ impl Session {
         let mut state = state.write();
         // Tried on a copy first, so a bad value changes nothing.
         let mut options = state.config_options().as_ref().clone();
-        if !options.entries().iter().any(|entry| entry.key == key) {
-            return Err(denied.unwrap_or_else(|| {
-                Status::invalid_argument(format!("SET {key}: no such setting"))
-            }));
-        }
         let before = options.clone();
+        // DataFusion's own words for unknown keys and bad values: scripts
+        // written against it match on them.
         options.set(&key, value).map_err(|e| {
             denied
                 .clone()
-                .unwrap_or_else(|| Status::invalid_argument(format!("SET {key}: {e}")))
+                .unwrap_or_else(|| Status::invalid_argument(e.to_string()))
         })?;
         if let Some(denied) = denied {
             if !self.operator_allows(&key, &before, &options) {
@@ -162,6 +160,8 @@ impl Session {
             }
         }
         *state.config_mut().options_mut() = options;
+        refresh_configured_functions(&mut state)
+            .map_err(|e| Status::internal(format!("re-creating functions: {e}")))?;
         let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
         changed.insert(key, value.to_string());
         Ok(())
@@ -193,10 +193,8 @@ impl Session {
         if key != TARGET_PARTITIONS {
             check_client_may_set(&key)?;
         }
-        if !self.initial.entries().iter().any(|entry| entry.key == key) {
-            return Err(Status::invalid_argument(format!(
-                "RESET {key}: no such setting"
-            )));
+        if let Err(e) = self.initial.clone().reset(&key) {
+            return Err(Status::invalid_argument(e.to_string()));
         }
         let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
         changed.remove(&key);
@@ -209,8 +207,10 @@ impl Session {
                 .map_err(|e| Status::internal(format!("re-applying {k}: {e}")))?;
         }
         let state = self.ctx.state_ref();
-        *state.write().config_mut().options_mut() = options;
-        Ok(())
+        let mut state = state.write();
+        *state.config_mut().options_mut() = options;
+        refresh_configured_functions(&mut state)
+            .map_err(|e| Status::internal(format!("re-creating functions: {e}")))
     }
 
     /// Applies a `SET` or `RESET` statement (see `changes_session`).

@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod config;
+pub mod configured_functions;
 pub mod error;
 pub mod logging;
 pub mod metrics;

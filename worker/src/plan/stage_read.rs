@@ -11,9 +11,9 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::ScalarValue;
 use datafusion::common::{exec_err, internal_err, Result};
 use datafusion::execution::TaskContext;
-use datafusion::common::ScalarValue;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{
     AcrossPartitions, ConstExpr, EquivalenceProperties, Partitioning, PhysicalExpr,
@@ -94,10 +94,16 @@ impl StageReadExec {
         let mut exprs = Vec::with_capacity(constants.len());
         for (index, value) in constants {
             let Some(field) = schema.fields().get(*index) else {
-                return internal_err!("constant column {index} of a {}-column read", schema.fields().len());
+                return internal_err!(
+                    "constant column {index} of a {}-column read",
+                    schema.fields().len()
+                );
             };
             let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), *index));
-            exprs.push(ConstExpr::new(column, AcrossPartitions::Uniform(value.clone())));
+            exprs.push(ConstExpr::new(
+                column,
+                AcrossPartitions::Uniform(value.clone()),
+            ));
         }
         properties.add_constants(exprs)?;
         let partitioning = self.properties.output_partitioning().clone();
@@ -122,7 +128,10 @@ impl StageReadExec {
         let mut exprs = Vec::with_capacity(columns.len());
         for index in columns {
             let Some(field) = schema.fields().get(*index) else {
-                return internal_err!("hash column {index} of a {}-column read", schema.fields().len());
+                return internal_err!(
+                    "hash column {index} of a {}-column read",
+                    schema.fields().len()
+                );
             };
             exprs.push(Arc::new(Column::new(field.name(), *index)) as Arc<dyn PhysicalExpr>);
         }
@@ -330,8 +339,7 @@ impl ExecutionPlan for StageReadExec {
                 }
                 None => {
                     let ticket = binding.secret.ticket(&key);
-                    fetch_stream(binding.clients.clone(), url, key, ticket, self.schema())
-                        .boxed()
+                    fetch_stream(binding.clients.clone(), url, key, ticket, self.schema()).boxed()
                 }
             });
         // Read all upstream streams at once: a producer blocked on one

@@ -46,7 +46,9 @@ pub fn encodable(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>
         let schema = Arc::new(Schema::new(vec![Field::new("value", value_type, false)]));
         let whole = LazyMemoryExec::try_new(schema, vec![Arc::clone(generator)])?;
         let rows_only = ProjectionExec::try_new(Vec::<ProjectionExpr>::new(), Arc::new(whole))?;
-        Ok(Transformed::yes(Arc::new(rows_only) as Arc<dyn ExecutionPlan>))
+        Ok(Transformed::yes(
+            Arc::new(rows_only) as Arc<dyn ExecutionPlan>
+        ))
     })
     .map(|t| t.data)
 }
@@ -100,9 +102,7 @@ fn series_type(generator: &dyn std::any::Any) -> Option<DataType> {
     }
     generator
         .downcast_ref::<GenericSeriesState<TimestampValue>>()
-        .map(|series| {
-            DataType::Timestamp(TimeUnit::Nanosecond, series.current().tz_str().cloned())
-        })
+        .map(|series| DataType::Timestamp(TimeUnit::Nanosecond, series.current().tz_str().cloned()))
 }
 
 /// `plan` as decoded, with what datafusion-proto (55) loses put back:
@@ -116,7 +116,10 @@ pub fn repaired(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> 
             return Ok(Transformed::no(node));
         };
         let group_by = aggregate.group_expr();
-        if !(group_by.has_grouping_set() && group_by.expr().is_empty() && group_by.groups().is_empty()) {
+        if !(group_by.has_grouping_set()
+            && group_by.expr().is_empty()
+            && group_by.groups().is_empty())
+        {
             return Ok(Transformed::no(node));
         }
         let one_empty_set = PhysicalGroupBy::new(vec![], vec![], vec![vec![]], true);

@@ -15,8 +15,8 @@ use arrow_flight::error::FlightError;
 use arrow_flight::{FlightData, SchemaAsIpc};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::ipc::writer::{
     DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
 };
@@ -116,7 +116,10 @@ pub fn cast_to_schema(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordB
 
 /// Whether batches of `schema` travel with other types (dictionaries).
 pub fn changes_in_transit(schema: &SchemaRef) -> bool {
-    schema.fields().iter().any(|f| has_dictionary(f.data_type()))
+    schema
+        .fields()
+        .iter()
+        .any(|f| has_dictionary(f.data_type()))
 }
 
 fn has_dictionary(data_type: &DataType) -> bool {

@@ -50,12 +50,11 @@ pub fn fetch_stream(
     let messages =
         verified_messages(clients.clone(), url.clone(), ticket).map_ok(|(data, _rows)| data);
     let recast = changes_in_transit(&schema);
-    let batches = FlightRecordBatchStream::new_from_flight_data(messages).map(move |batch| {
-        match batch {
+    let batches =
+        FlightRecordBatchStream::new_from_flight_data(messages).map(move |batch| match batch {
             Ok(batch) if recast => Ok(cast_to_schema(&batch, &schema)?),
             other => other,
-        }
-    });
+        });
     read_ahead(clients, url, key, batches)
 }
 

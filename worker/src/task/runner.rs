@@ -25,6 +25,7 @@ use tonic::Status;
 use super::failpoint::{Failpoint, Fault};
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use crate::client::PeerClients;
+use crate::configured_functions::refresh_configured_functions;
 use crate::error::{is_upstream, status_code};
 use crate::plan::guard::{check_plan, DataRoots};
 use crate::plan::{decode_plan, StageBinding, StageReadExec};
@@ -289,9 +290,11 @@ impl TaskRunner {
                 .set(key, value)
                 .map_err(|e| Status::invalid_argument(format!("setting {key}={value}: {e}")))?;
         }
-        let state = SessionStateBuilder::new_from_existing(self.ctx.state())
+        let mut state = SessionStateBuilder::new_from_existing(self.ctx.state())
             .with_config(distributable(config))
             .build();
+        refresh_configured_functions(&mut state)
+            .map_err(|e| Status::invalid_argument(format!("applying the query's settings: {e}")))?;
         Ok(state.task_ctx())
     }
 }
