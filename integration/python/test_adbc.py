@@ -76,3 +76,31 @@ def test_view_and_dictionary_columns_reach_clients_as_plain_strings(conn):
     names = ["ARGENTINA", "BRAZIL", "CANADA", "PERU", "UNITED STATES"]
     assert table.column("v").to_pylist() == names
     assert table.column("d").to_pylist() == names
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT (SELECT n_name FROM nation WHERE n_regionkey = 1)",
+        "SELECT r_name FROM region WHERE r_regionkey = (SELECT n_regionkey FROM nation)",
+        "SELECT r_regionkey + (SELECT n_nationkey FROM nation WHERE n_nationkey < 2) FROM region",
+    ],
+)
+def test_a_scalar_subquery_of_several_rows_is_an_error(conn, sql):
+    with conn.cursor() as cur:
+        with pytest.raises(flightsql.Error, match="Scalar subquery returned more than one row"):
+            cur.execute(sql)
+            cur.fetchall()
+
+
+def test_a_scalar_subquery_of_one_row_or_none_is_its_value_or_null(conn):
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT r_name FROM region WHERE r_regionkey = "
+            "(SELECT n_regionkey FROM nation WHERE n_name = 'JAPAN')"
+        )
+        assert cur.fetchall() == [("ASIA",)]
+        cur.execute("SELECT (SELECT n_name FROM nation WHERE n_nationkey = -1) AS none")
+        assert cur.fetchall() == [(None,)]
+        cur.execute("SELECT count(*) FROM region WHERE r_regionkey > (SELECT min(n_regionkey) FROM nation)")
+        assert cur.fetchall() == [(4,)]

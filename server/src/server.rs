@@ -6,11 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_worker::client::{
     PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
 };
 use squadron_worker::plan::guard::DataRoots;
+use squadron_worker::single_row::scalar_subquery_value;
 use squadron_worker::tls::client::ClusterClientTls;
 use squadron_worker::tls::conn::incoming;
 use squadron_worker::tls::server_config::{server_config, ReloadingCert};
@@ -31,6 +34,7 @@ use crate::cluster::{
 use crate::coordinator::JobLimits;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
+use crate::planner::scalar_subquery::CheckedScalarSubqueries;
 use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
@@ -173,6 +177,23 @@ pub const BROADCAST_BUILD_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// Most estimated build rows a join broadcasts to every task.
 pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
 
+/// The coordinator's context: DataFusion's, with the rule that keeps scalar
+/// subqueries' one-row check ahead of DataFusion's own rewrites, and the
+/// function that check calls.
+pub fn planning_context(config: SessionConfig) -> SessionContext {
+    let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
+        vec![Arc::new(CheckedScalarSubqueries)];
+    rules.extend(Optimizer::new().rules);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_optimizer_rules(rules)
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_udf(scalar_subquery_value().as_ref().clone());
+    ctx
+}
+
 /// The planning session: DataFusion's defaults, less what a plan split over
 /// processes cannot honour.
 pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
@@ -294,7 +315,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .set(key, value)
             .map_err(|e| anyhow::anyhow!("--set {key}={value}: {e}"))?;
     }
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = planning_context(config);
     for table in &options.tables {
         table
             .register(&ctx)

@@ -18,6 +18,7 @@ pub mod plan;
 pub mod server;
 pub mod service;
 pub mod shutdown;
+pub mod single_row;
 pub mod stream;
 pub mod task;
 pub mod tls;

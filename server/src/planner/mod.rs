@@ -9,6 +9,7 @@ pub mod job_graph;
 pub mod local;
 pub mod placeholders;
 pub mod readers;
+pub mod scalar_subquery;
 
 pub use client_types::for_clients;
 pub use cut::build_job_graph;

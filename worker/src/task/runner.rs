@@ -88,8 +88,10 @@ impl TaskRunner {
         failpoint: Option<Arc<Failpoint>>,
         data_roots: DataRoots,
     ) -> Self {
+        let ctx = SessionContext::new_with_config_rt(task_session_config(), runtime);
+        ctx.register_udf(crate::single_row::scalar_subquery_value().as_ref().clone());
         Self {
-            ctx: SessionContext::new_with_config_rt(task_session_config(), runtime),
+            ctx,
             streams,
             tasks,
             clients,
