@@ -140,6 +140,18 @@ def test_a_failed_ingest_leaves_no_table(conn):
         assert "NOT_FOUND" in str(err.value)
 
 
+def test_a_declared_key_lets_grouped_queries_select_what_depends_on_it(conn):
+    table = fresh("keyed")
+    with conn.cursor() as cur:
+        execute_update(cur, f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR) AS VALUES (1, 'a'), (2, 'b')")
+        cur.execute(f"SELECT id, v, count(*) FROM {table} GROUP BY id ORDER BY id")
+        assert cur.fetchall() == [(1, "a", 1), (2, "b", 1)]
+        # Without a key the same query is refused, as in DataFusion.
+        execute_update(cur, f"CREATE TABLE {table}_plain (id INT, v VARCHAR) AS VALUES (1, 'a')")
+        with pytest.raises(flightsql.Error, match="must appear in the GROUP BY"):
+            cur.execute(f"SELECT id, v FROM {table}_plain GROUP BY id")
+
+
 def test_created_tables_and_views_survive_a_restart(tmp_path):
     def start():
         return Process([
@@ -156,6 +168,9 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             with conn.cursor() as ingest:
                 ingest.adbc_ingest("kept", pa.table({"k": pa.array([1, 2, 3], pa.int64())}), mode="create")
             execute_update(cur, "CREATE VIEW kept_big AS SELECT k FROM kept WHERE k > 1")
+            execute_update(
+                cur, "CREATE TABLE keyed (id INT PRIMARY KEY, v VARCHAR) AS VALUES (1, 'a'), (2, 'b')"
+            )
             execute_update(cur, "CREATE TABLE gone AS SELECT 1 AS one")
             execute_update(cur, "DROP TABLE gone")
     finally:
@@ -165,6 +180,9 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
         with flightsql.connect(server.url) as conn, conn.cursor() as cur:
             assert count(cur, "kept") == 3
             assert count(cur, "kept_big") == 2
+            # The key is kept: v depends on it, so GROUP BY id may select v.
+            cur.execute("SELECT id, v FROM keyed GROUP BY id ORDER BY id")
+            assert cur.fetchall() == [(1, "a"), (2, "b")]
             with pytest.raises(flightsql.Error):
                 count(cur, "gone")
     finally:

@@ -11,6 +11,7 @@ use crate::session::Session;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use datafusion::common::{Constraint, Constraints};
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 use tonic::Status;
@@ -23,7 +24,14 @@ use super::tables::{TableFormat, TableSpec};
 pub enum Entry {
     /// A table whose files Squadron wrote and owns (`CREATE TABLE`,
     /// ingest): dropping it deletes them.
-    Managed { name: String, location: PathBuf },
+    Managed {
+        name: String,
+        location: PathBuf,
+        /// The keys its `CREATE TABLE` declared (see
+        /// `TableSpec::register_with_keys`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<Key>,
+    },
     /// An external table or a view: the statement that defined it
     /// (`CREATE EXTERNAL TABLE …`, `CREATE VIEW …`), run again at start-up
     /// so every option it gave is kept.
@@ -34,6 +42,37 @@ pub enum Entry {
         #[serde(default)]
         schema: Option<(String, String)>,
     },
+}
+
+/// A primary key or unique constraint, by column positions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Key {
+    PrimaryKey(Vec<usize>),
+    Unique(Vec<usize>),
+}
+
+/// The keys of DataFusion's `constraints`, to persist.
+pub fn keys_of(constraints: &Constraints) -> Vec<Key> {
+    constraints
+        .iter()
+        .map(|c| match c {
+            Constraint::PrimaryKey(columns) => Key::PrimaryKey(columns.clone()),
+            Constraint::Unique(columns) => Key::Unique(columns.clone()),
+        })
+        .collect()
+}
+
+/// DataFusion's constraints for persisted `keys`.
+pub fn constraints_of(keys: &[Key]) -> Constraints {
+    Constraints::new_unverified(
+        keys.iter()
+            .map(|k| match k {
+                Key::PrimaryKey(columns) => Constraint::PrimaryKey(columns.clone()),
+                Key::Unique(columns) => Constraint::Unique(columns.clone()),
+            })
+            .collect(),
+    )
 }
 
 impl Entry {
@@ -156,12 +195,16 @@ impl PersistedCatalog {
 pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status> {
     let internal = |e: datafusion::error::DataFusionError| Status::internal(e.to_string());
     match entry {
-        Entry::Managed { name, location } => TableSpec {
+        Entry::Managed {
+            name,
+            location,
+            keys,
+        } => TableSpec {
             name: name.clone(),
             path: location.clone(),
             format: TableFormat::Parquet,
         }
-        .register(ctx)
+        .register_with_keys(ctx, constraints_of(keys))
         .await
         .map_err(internal),
         Entry::Defined { sql, schema, .. } => {
@@ -192,12 +235,21 @@ mod tests {
         let table = Entry::Managed {
             name: "t".into(),
             location: catalog.new_table_dir("t", false),
+            keys: vec![Key::PrimaryKey(vec![0]), Key::Unique(vec![1, 2])],
         };
         catalog.put(view.clone()).unwrap();
         catalog.put(table.clone()).unwrap();
         catalog.remove("v").unwrap();
         let reopened = PersistedCatalog::open(dir.path()).unwrap();
         assert_eq!(reopened.get("t"), Some(table));
+        // A catalog written before keys were kept still opens.
+        std::fs::write(
+            dir.path().join("catalog.json"),
+            r#"{"entries":[{"kind":"managed","name":"old","location":"/x"}]}"#,
+        )
+        .unwrap();
+        let old = PersistedCatalog::open(dir.path()).unwrap().get("old");
+        assert!(matches!(old, Some(Entry::Managed { keys, .. }) if keys.is_empty()));
         assert_eq!(reopened.get("v"), None);
     }
 

@@ -2,11 +2,13 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use datafusion::arrow::datatypes::Schema;
+use datafusion::common::Constraints;
 use datafusion::common::Result;
 use datafusion::datasource::file_format::options::ReadOptions;
-use datafusion::datasource::listing::ListingTableUrl;
+use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
 
 use crate::planner::client_types::client_schema;
@@ -89,6 +91,15 @@ fn format_from_path(path: &Path) -> Result<TableFormat, String> {
 impl TableSpec {
     /// Registers the table; workers read the same path.
     pub async fn register(&self, ctx: &SessionContext) -> Result<()> {
+        self.register_with_keys(ctx, Constraints::default()).await
+    }
+
+    /// Registers the table with the keys its `CREATE TABLE` declared:
+    /// DataFusion plans with them (functional dependencies let `GROUP BY
+    /// key` select other columns; a correlated subquery on a key returns
+    /// at most one row). Like DataFusion's own tables, nothing enforces
+    /// them.
+    pub async fn register_with_keys(&self, ctx: &SessionContext, keys: Constraints) -> Result<()> {
         let path = std::path::absolute(&self.path)?;
         let mut path = path.to_string_lossy().to_string();
         if self.path.is_dir() && !path.ends_with('/') {
@@ -98,8 +109,15 @@ impl TableSpec {
         match self.format {
             TableFormat::Parquet => {
                 let schema = plain_schema(ctx, &path).await?;
-                let options = ParquetReadOptions::default().schema(&schema);
-                ctx.register_parquet(&self.name, &path, options).await
+                let options = ParquetReadOptions::default()
+                    .schema(&schema)
+                    .to_listing_options(&ctx.copied_config(), ctx.copied_table_options());
+                let config = ListingTableConfig::new(ListingTableUrl::parse(&path)?)
+                    .with_listing_options(options)
+                    .with_schema(Arc::new(schema));
+                let table = ListingTable::try_new(config)?.with_constraints(keys);
+                ctx.register_table(self.name.as_str(), Arc::new(table))?;
+                Ok(())
             }
             TableFormat::Csv => {
                 let options = CsvReadOptions::new().has_header(true);

@@ -78,7 +78,7 @@ where
     let name = full_name(session, &table_name(command)?)?;
     match action(command, exists(coord, &name), &name)? {
         Action::Create | Action::Replace => {
-            create_table(coord, &name, command.temporary, schema, batches).await
+            create_table(coord, &name, command.temporary, schema, batches, vec![]).await
         }
         Action::Append => {
             let location = match catalog(coord)?.get(&name.to_string()) {

@@ -30,7 +30,7 @@ use futures::{Stream, TryStreamExt};
 use squadron_worker::error::to_status;
 use tonic::Status;
 
-use crate::catalog::persisted::{Entry, PersistedCatalog};
+use crate::catalog::persisted::{constraints_of, keys_of, Entry, Key, PersistedCatalog};
 use crate::catalog::system::SYSTEM_SCHEMA;
 use crate::catalog::{TableFormat, TableSpec};
 use crate::coordinator::Coordinator;
@@ -70,7 +70,8 @@ pub async fn run_update(
             let input = coord.plan_logical(session, (*create.input).clone()).await?;
             let schema = input.schema.clone();
             let batches = run_query(coord, input).await?;
-            create_table(coord, &name, create.temporary, schema, batches).await
+            let keys = keys_of(&create.constraints);
+            create_table(coord, &name, create.temporary, schema, batches, keys).await
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(ref create)) => {
             for location in &create.locations {
@@ -186,13 +187,14 @@ async fn run_query(
 }
 
 /// Writes `batches` as a new table `name` (replacing one of that name)
-/// and registers it; returns the rows written.
+/// and registers it with its declared `keys`; returns the rows written.
 pub async fn create_table<S>(
     coord: &Coordinator,
     name: &TableReference,
     temporary: bool,
     schema: SchemaRef,
     batches: S,
+    keys: Vec<Key>,
 ) -> Result<u64, Status>
 where
     S: Stream<Item = Result<RecordBatch, Status>>,
@@ -211,7 +213,7 @@ where
         path: dir.clone(),
         format: TableFormat::Parquet,
     };
-    if let Err(e) = spec.register(ctx).await {
+    if let Err(e) = spec.register_with_keys(ctx, constraints_of(&keys)).await {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(to_status(&e));
     }
@@ -221,6 +223,7 @@ where
         catalog.put(Entry::Managed {
             name: name.to_string(),
             location: dir,
+            keys,
         })?;
     }
     if let Some(Entry::Managed { location, .. }) = replaced {
