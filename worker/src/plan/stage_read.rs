@@ -89,22 +89,17 @@ impl StageReadExec {
     /// kept: a value constant per upstream partition is not constant once
     /// partitions are merged or shuffled.
     pub fn with_constants(&self, constants: &[(usize, Option<ScalarValue>)]) -> Result<Self> {
-        let schema = self.schema();
-        let mut properties = EquivalenceProperties::new(Arc::clone(&schema));
-        let mut exprs = Vec::with_capacity(constants.len());
-        for (index, value) in constants {
-            let Some(field) = schema.fields().get(*index) else {
-                return internal_err!(
-                    "constant column {index} of a {}-column read",
-                    schema.fields().len()
-                );
-            };
-            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), *index));
-            exprs.push(ConstExpr::new(
-                column,
-                AcrossPartitions::Uniform(value.clone()),
-            ));
-        }
+        let exprs = constants
+            .iter()
+            .map(|(index, value)| {
+                let column = self.column(*index)?;
+                Ok(ConstExpr::new(
+                    column,
+                    AcrossPartitions::Uniform(value.clone()),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut properties = EquivalenceProperties::new(self.schema());
         properties.add_constants(exprs)?;
         let partitioning = self.properties.output_partitioning().clone();
         Ok(Self {
@@ -124,23 +119,25 @@ impl StageReadExec {
         if columns.is_empty() {
             return Ok(self.clone_unbound());
         }
-        let schema = self.schema();
-        let mut exprs = Vec::with_capacity(columns.len());
-        for index in columns {
-            let Some(field) = schema.fields().get(*index) else {
-                return internal_err!(
-                    "hash column {index} of a {}-column read",
-                    schema.fields().len()
-                );
-            };
-            exprs.push(Arc::new(Column::new(field.name(), *index)) as Arc<dyn PhysicalExpr>);
-        }
+        let exprs = columns
+            .iter()
+            .map(|index| self.column(*index))
+            .collect::<Result<Vec<_>>>()?;
         let mut properties = PlanProperties::clone(&self.properties);
         properties.partitioning = Partitioning::Hash(exprs, self.partitions);
         Ok(Self {
             properties: Arc::new(properties),
             ..self.clone_unbound()
         })
+    }
+
+    /// Column `index` of the read's schema, as an expression.
+    fn column(&self, index: usize) -> Result<Arc<dyn PhysicalExpr>> {
+        let schema = self.schema();
+        match schema.fields().get(index) {
+            Some(field) => Ok(Arc::new(Column::new(field.name(), index))),
+            None => internal_err!("column {index} of a {}-column read", schema.fields().len()),
+        }
     }
 
     /// The columns the read is hash-partitioned on (see `hashed_on`).

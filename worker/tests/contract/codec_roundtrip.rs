@@ -87,17 +87,23 @@ async fn each_task_reads_only_its_own_file_ranges() {
     );
 }
 
-/// Every partition of `sql`'s plan after the trip through the task
-/// encoding, against the same plan run directly (the oracle).
-async fn same_after_round_trip(sql: &str) {
-    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-    let plan = ctx
-        .sql(sql)
+async fn physical_plan(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Arc<dyn datafusion::physical_plan::ExecutionPlan> {
+    ctx.sql(sql)
         .await
         .unwrap()
         .create_physical_plan()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Every partition of `sql`'s plan after the trip through the task
+/// encoding, against the same plan run directly (the oracle).
+async fn same_after_round_trip(sql: &str) {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+    let plan = physical_plan(&ctx, sql).await;
     let direct = datafusion::physical_plan::collect(plan.clone(), ctx.task_ctx())
         .await
         .unwrap();
@@ -133,24 +139,20 @@ async fn plans_datafusion_proto_would_change_travel_unchanged() {
 #[tokio::test]
 async fn ignore_nulls_windows_are_refused_not_changed() {
     let ctx = SessionContext::new();
-    let plan = ctx
-        .sql("SELECT first_value(v) IGNORE NULLS OVER () FROM (VALUES (NULL), (3)) AS t(v)")
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
+    let plan = physical_plan(
+        &ctx,
+        "SELECT first_value(v) IGNORE NULLS OVER () FROM (VALUES (NULL), (3)) AS t(v)",
+    )
+    .await;
     let err = encode_plan(plan).unwrap_err().to_string();
     assert!(
         err.contains("IGNORE NULLS cannot run on workers yet"),
         "{err}"
     );
-    let plan = ctx
-        .sql("SELECT first_value(v) OVER () FROM (VALUES (NULL), (3)) AS t(v)")
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
+    let plan = physical_plan(
+        &ctx,
+        "SELECT first_value(v) OVER () FROM (VALUES (NULL), (3)) AS t(v)",
+    )
+    .await;
     assert!(encode_plan(plan).is_ok());
 }
