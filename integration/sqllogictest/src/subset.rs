@@ -50,6 +50,8 @@ const CI_FILES: &[&str] = &[
     "qualify.slt",
     "array_agg_sliding_window.slt",
     // subqueries and set operations
+    "subquery.slt",
+    "functional_dependencies.slt",
     "subquery_sort.slt",
     "union_by_name.slt",
     "union.slt",
