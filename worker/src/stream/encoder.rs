@@ -74,7 +74,8 @@ impl BatchEncoder {
     }
 
     fn encode(&mut self, batch: &RecordBatch) -> Result<FlightData, FlightError> {
-        let batch = self.conformed(batch)?;
+        // The sent schema: dictionary columns cast to their values.
+        let batch = cast_to_schema(batch, &self.schema)?;
         let (dictionaries, data) = self.generator.encode(
             &batch,
             &mut self.dictionaries,
@@ -83,11 +84,6 @@ impl BatchEncoder {
         )?;
         debug_assert!(dictionaries.is_empty(), "dictionaries were replaced");
         Ok(data.into())
-    }
-
-    /// `batch` with the sent schema: dictionary columns cast to values.
-    fn conformed(&self, batch: &RecordBatch) -> Result<RecordBatch, FlightError> {
-        Ok(cast_to_schema(batch, &self.schema)?)
     }
 }
 
