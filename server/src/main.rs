@@ -11,6 +11,7 @@ use squadron_server::health_check::HealthCheckArgs;
 use squadron_server::security::SecurityArgs;
 use squadron_server::{start, JobLimits, ServerOptions};
 use squadron_worker::logging::LogArgs;
+use squadron_worker::object_stores::StoreOptions;
 use squadron_worker::shutdown::parse_bytes;
 
 // See the workspace Cargo.toml: large per-query buffers are reused instead
@@ -62,10 +63,21 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     local_workers: usize,
 
-    /// A table: NAME=PATH or NAME=PATH:FORMAT (parquet or csv). PATH is a
-    /// file or a directory; workers must see the same path. Repeatable.
-    #[arg(long = "table", value_name = "NAME=PATH[:FORMAT]")]
+    /// A table: NAME=LOCATION or NAME=LOCATION:FORMAT (parquet, csv, json,
+    /// avro or arrow). LOCATION is a file, a directory (hive-style
+    /// `key=value/` subdirectories become partition columns) or a URL
+    /// (`s3://`, `gs://`, `az://`, `abfss://`, `https://`); workers must
+    /// reach the same location. Repeatable.
+    #[arg(long = "table", value_name = "NAME=LOCATION[:FORMAT]")]
     tables: Vec<TableSpec>,
+
+    /// Options of remote stores, `SCHEME://[BUCKET]?KEY=VALUE&…` (e.g.
+    /// `s3://data?endpoint=http://minio:9000&allow_http=true`); repeatable.
+    /// Workers need the same. Credentials come from the environment, never
+    /// from here.
+    // Parsed after clap, whose error would echo a refused credential.
+    #[arg(long = "store", value_name = "URL")]
+    stores: Vec<String>,
 
     /// Generate TPC-H sample data into --data-dir (reused when present) and
     /// register its 8 tables.
@@ -266,6 +278,7 @@ async fn main() -> anyhow::Result<()> {
         discovery_interval: seconds(args.discovery_interval, "--discovery-interval")?,
         local_workers: args.local_workers,
         tables,
+        stores: StoreOptions::parse_all(&args.stores)?,
         partitions: args.partitions,
         settings: args.settings,
         limits: JobLimits {

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_worker::client::{
     PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
 };
+use squadron_worker::object_stores::{ObjectStores, StoreOptions};
 use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::single_row::scalar_subquery_value;
 use squadron_worker::tls::client::ClusterClientTls;
@@ -67,6 +69,9 @@ pub struct ServerOptions {
     pub discovery_interval: Duration,
     pub local_workers: usize,
     pub tables: Vec<TableSpec>,
+    /// Options of remote stores (`--store`), the same for the embedded
+    /// workers.
+    pub stores: Vec<StoreOptions>,
     /// Partitions (tasks) per stage; default twice the number of workers.
     pub partitions: Option<usize>,
     /// Planning options (`--set KEY=VALUE`), e.g.
@@ -104,6 +109,7 @@ impl Default for ServerOptions {
             discovery_interval: Duration::from_secs(5),
             local_workers: 2,
             tables: vec![],
+            stores: vec![],
             partitions: None,
             settings: vec![],
             limits: JobLimits::default(),
@@ -180,12 +186,13 @@ pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
 /// The coordinator's context: DataFusion's, with the rule that keeps scalar
 /// subqueries' one-row check ahead of DataFusion's own rewrites, and the
 /// function that check calls.
-pub fn planning_context(config: SessionConfig) -> SessionContext {
+pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
     let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
         vec![Arc::new(CheckedScalarSubqueries)];
     rules.extend(Optimizer::new().rules);
     let state = SessionStateBuilder::new()
         .with_config(config)
+        .with_runtime_env(runtime)
         .with_default_features()
         .with_optimizer_rules(rules)
         .build();
@@ -294,6 +301,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
                 failpoint: None,
                 cluster_tls: options.cluster_tls.clone(),
                 data_roots: Default::default(),
+                stores: options.stores.clone(),
             };
             let (url, worker) =
                 squadron_worker::spawn_worker("127.0.0.1:0".parse()?, worker_options).await?;
@@ -315,7 +323,10 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .set(key, value)
             .map_err(|e| anyhow::anyhow!("--set {key}={value}: {e}"))?;
     }
-    let ctx = planning_context(config);
+    let runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())))
+        .build_arc()?;
+    let ctx = planning_context(config, runtime);
     for table in &options.tables {
         table
             .register(&ctx)

@@ -10,9 +10,17 @@ use tonic::{Code, Status};
 /// for a missing table. Unsupported features are Unimplemented; a status
 /// from a peer keeps its code; the rest is Internal.
 pub fn status_code(e: &DataFusionError) -> Code {
+    if let Some(store) = object_store_error(e) {
+        return store_code(store);
+    }
     match e.find_root() {
         DataFusionError::SQL(..) => Code::InvalidArgument,
-        DataFusionError::Plan(msg) if msg.contains("not found") => Code::NotFound,
+        // "No files found at URL": a table location with nothing there.
+        DataFusionError::Plan(msg)
+            if msg.contains("not found") || msg.starts_with("No files found") =>
+        {
+            Code::NotFound
+        }
         DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => Code::InvalidArgument,
         DataFusionError::NotImplemented(_) => Code::Unimplemented,
         DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
@@ -35,6 +43,48 @@ pub fn status_code(e: &DataFusionError) -> Code {
             }
         }
         _ => Code::Internal,
+    }
+}
+
+/// The object store failure behind `e`, however DataFusion, Arrow or
+/// Parquet wrapped it.
+fn object_store_error(e: &DataFusionError) -> Option<&object_store::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = current {
+        if let Some(store) = error.downcast_ref::<object_store::Error>() {
+            return Some(store);
+        }
+        current = error.source();
+    }
+    None
+}
+
+/// A missing object or bucket is NOT_FOUND, refused credentials
+/// PERMISSION_DENIED, and a store that could not be reached (connection
+/// refused, timeouts, server errors after the retries) UNAVAILABLE.
+fn store_code(e: &object_store::Error) -> Code {
+    use object_store::Error;
+    match e {
+        Error::NotFound { .. } => Code::NotFound,
+        Error::PermissionDenied { .. } | Error::Unauthenticated { .. } => Code::PermissionDenied,
+        Error::Generic { .. } => generic_store_code(&e.to_string()),
+        Error::InvalidPath { .. } | Error::UnknownConfigurationKey { .. } => Code::InvalidArgument,
+        Error::NotSupported { .. } | Error::NotImplemented { .. } => Code::Unimplemented,
+        _ => Code::Internal,
+    }
+}
+
+/// A store's HTTP failure the client library reports generically (a
+/// listing refused with 403, say): the status it carries decides, as
+/// object_store itself does for reads; without one the store was not
+/// reached.
+fn generic_store_code(message: &str) -> Code {
+    if message.contains("status code: 401") || message.contains("status code: 403") {
+        Code::PermissionDenied
+    } else if message.contains("status code: 404") {
+        Code::NotFound
+    } else {
+        Code::Unavailable
     }
 }
 
@@ -82,6 +132,42 @@ mod tests {
         let ctx = SessionContext::new();
         let e = ctx.sql(sql).await.expect_err("planning should fail");
         to_status(&e)
+    }
+
+    #[test]
+    fn object_store_failures_keep_their_meaning_through_wrappers() {
+        let missing = object_store::Error::NotFound {
+            path: "tpch/lineitem.parquet".into(),
+            source: "404".into(),
+        };
+        let wrapped = DataFusionError::ParquetError(Box::new(
+            datafusion::parquet::errors::ParquetError::External(Box::new(missing)),
+        ));
+        assert_eq!(status_code(&wrapped), Code::NotFound);
+        let denied =
+            DataFusionError::ObjectStore(Box::new(object_store::Error::PermissionDenied {
+                path: "x".into(),
+                source: "403".into(),
+            }));
+        assert_eq!(status_code(&denied), Code::PermissionDenied);
+        let down = DataFusionError::Context(
+            "reading".into(),
+            Box::new(DataFusionError::ObjectStore(Box::new(
+                object_store::Error::Generic {
+                    store: "S3",
+                    source: "connection refused".into(),
+                },
+            ))),
+        );
+        assert_eq!(status_code(&down), Code::Unavailable);
+        let listing_refused = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing list request: Server returned non-2xx status code: \
+                     403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code></Error>"
+                .into(),
+        };
+        let refused = DataFusionError::ObjectStore(Box::new(listing_refused));
+        assert_eq!(status_code(&refused), Code::PermissionDenied);
     }
 
     #[tokio::test]

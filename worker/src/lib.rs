@@ -7,6 +7,7 @@
 //! - `stream/`: output channels with bounded buffers, and batch routing
 //! - `plan/`: `StageReadExec` and the datafusion-proto extension codec
 //! - `client`: cached channels to peers
+//! - `object_stores`: remote tables' stores, built from the environment
 
 pub mod client;
 pub mod config;
@@ -14,6 +15,7 @@ pub mod configured_functions;
 pub mod error;
 pub mod logging;
 pub mod metrics;
+pub mod object_stores;
 pub mod plan;
 pub mod server;
 pub mod service;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use squadron_worker::logging::LogArgs;
+use squadron_worker::object_stores::StoreOptions;
 use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::shutdown::{drain, parse_bytes, termination};
 use squadron_worker::task::Failpoint;
@@ -62,6 +63,14 @@ struct Args {
     #[arg(long = "data-root", value_name = "DIR|URL")]
     data_roots: Vec<PathBuf>,
 
+    /// Options of remote stores, `SCHEME://[BUCKET]?KEY=VALUE&…` (e.g.
+    /// `s3://data?endpoint=http://minio:9000&allow_http=true`); repeatable.
+    /// Give the coordinator the same. Credentials come from the
+    /// environment, never from here.
+    // Parsed after clap, whose error would echo a refused credential.
+    #[arg(long = "store", value_name = "URL")]
+    stores: Vec<String>,
+
     /// Serve plaintext and run tasks from anyone who reaches the port. For
     /// a laptop only; without it the worker needs the cluster TLS files.
     #[arg(long)]
@@ -104,6 +113,7 @@ async fn main() -> anyhow::Result<()> {
         failpoint,
         cluster_tls,
         data_roots: DataRoots::new(&args.data_roots)?,
+        stores: StoreOptions::parse_all(&args.stores)?,
     })?;
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;

@@ -14,6 +14,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic_health::ServingStatus;
 
 use crate::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
+use crate::object_stores::{ObjectStores, StoreOptions};
 use crate::plan::guard::DataRoots;
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::stream::StreamManager;
@@ -41,6 +42,9 @@ pub struct WorkerOptions {
     pub cluster_tls: Option<ClusterTlsFiles>,
     /// Where task plans may read files (`--data-root`); anywhere when empty.
     pub data_roots: DataRoots,
+    /// Options of remote stores (`--store`); credentials come from the
+    /// environment.
+    pub stores: Vec<StoreOptions>,
 }
 
 /// A worker's shared state.
@@ -60,7 +64,8 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(options: WorkerOptions) -> anyhow::Result<Self> {
-        let mut runtime = RuntimeEnvBuilder::new();
+        let mut runtime = RuntimeEnvBuilder::new()
+            .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())));
         if let Some(limit) = options.memory_limit {
             // Track the largest consumers so an out-of-memory error names them.
             let pool: Arc<dyn MemoryPool> = Arc::new(TrackConsumersPool::new(

@@ -201,8 +201,8 @@ pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status>
             keys,
         } => TableSpec {
             name: name.clone(),
-            path: location.clone(),
-            format: TableFormat::Parquet,
+            location: location.to_string_lossy().to_string(),
+            format: Some(TableFormat::Parquet),
         }
         .register_with_keys(ctx, constraints_of(keys))
         .await

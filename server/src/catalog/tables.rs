@@ -1,15 +1,25 @@
-//! Tables given on the command line: `NAME=PATH` or `NAME=PATH:FORMAT`.
+//! Tables given on the command line: `NAME=LOCATION` or
+//! `NAME=LOCATION:FORMAT`. A location is a local file or directory, or an
+//! object store URL (`s3://bucket/path/`); a directory's `key=value/`
+//! subdirectories become partition columns, pruned by filters on them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::Schema;
-use datafusion::common::Constraints;
-use datafusion::common::Result;
-use datafusion::datasource::file_format::options::ReadOptions;
-use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableUrl};
-use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{Constraints, DataFusionError, Result};
+use datafusion::datasource::file_format::arrow::ArrowFormat;
+use datafusion::datasource::file_format::avro::AvroFormat;
+use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::json::JsonFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
 
 use crate::planner::client_types::client_schema;
 
@@ -17,14 +27,71 @@ use crate::planner::client_types::client_schema;
 pub enum TableFormat {
     Parquet,
     Csv,
+    /// Newline-delimited JSON.
+    Json,
+    Avro,
+    /// Arrow IPC files.
+    Arrow,
+}
+
+/// How the formats are named after a `:`, for error messages.
+const FORMAT_NAMES: &str = "parquet, csv, json, avro or arrow";
+
+impl TableFormat {
+    fn parse(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "parquet" => Some(Self::Parquet),
+            "csv" => Some(Self::Csv),
+            "json" | "ndjson" => Some(Self::Json),
+            "avro" => Some(Self::Avro),
+            "arrow" | "ipc" | "feather" => Some(Self::Arrow),
+            _ => None,
+        }
+    }
+
+    /// The format a file name's extension says, if any.
+    fn of_file(name: &str) -> Option<Self> {
+        let (_, extension) = name.rsplit_once('.')?;
+        Self::parse(extension)
+    }
+
+    /// The extension files of this format have in a directory.
+    fn extension(self) -> &'static str {
+        match self {
+            Self::Parquet => ".parquet",
+            Self::Csv => ".csv",
+            Self::Json => ".json",
+            Self::Avro => ".avro",
+            Self::Arrow => ".arrow",
+        }
+    }
+
+    /// The reader, with the session's options for its format (Parquet
+    /// pruning, CSV quoting and so on).
+    fn file_format(self, ctx: &SessionContext) -> Arc<dyn FileFormat> {
+        let options = ctx.copied_table_options();
+        match self {
+            Self::Parquet => Arc::new(ParquetFormat::default().with_options(options.parquet)),
+            Self::Csv => Arc::new(
+                CsvFormat::default()
+                    .with_options(options.csv)
+                    .with_has_header(true),
+            ),
+            Self::Json => Arc::new(JsonFormat::default().with_options(options.json)),
+            Self::Avro => Arc::new(AvroFormat),
+            Self::Arrow => Arc::new(ArrowFormat),
+        }
+    }
 }
 
 /// One `--table` argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSpec {
     pub name: String,
-    pub path: PathBuf,
-    pub format: TableFormat,
+    /// A local path or an object store URL.
+    pub location: String,
+    /// `None`: told from the files found at `location` when registering.
+    pub format: Option<TableFormat>,
 }
 
 impl FromStr for TableSpec {
@@ -33,63 +100,33 @@ impl FromStr for TableSpec {
     fn from_str(s: &str) -> Result<Self, String> {
         let (name, rest) = s
             .split_once('=')
-            .ok_or_else(|| format!("expected NAME=PATH[:FORMAT], got {s:?}"))?;
+            .ok_or_else(|| format!("expected NAME=LOCATION[:FORMAT], got {s:?}"))?;
         let name = name.trim();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(format!("table name {name:?} must be letters, digits or _"));
         }
-        let (path, format) = match rest.rsplit_once(':') {
-            Some((path, f)) if parse_format(f).is_some() => (path, parse_format(f)),
+        let (location, format) = match rest.rsplit_once(':') {
+            Some((location, f)) if TableFormat::parse(f).is_some() => {
+                (location, TableFormat::parse(f))
+            }
             _ => (rest, None),
         };
-        let path = PathBuf::from(path);
-        let format = match format {
-            Some(f) => f,
-            None => format_from_path(&path)?,
-        };
+        if location.is_empty() {
+            return Err(format!("table {name}: no location"));
+        }
+        // Otherwise the extension of a file says it, or the files of a
+        // directory when the table is registered.
+        let format = format.or_else(|| TableFormat::of_file(location));
         Ok(Self {
             name: name.to_string(),
-            path,
+            location: location.to_string(),
             format,
         })
     }
 }
 
-fn parse_format(s: &str) -> Option<TableFormat> {
-    match s.to_ascii_lowercase().as_str() {
-        "parquet" => Some(TableFormat::Parquet),
-        "csv" => Some(TableFormat::Csv),
-        _ => None,
-    }
-}
-
-/// The format of a file from its extension, or of a directory from the
-/// first data file in it.
-fn format_from_path(path: &Path) -> Result<TableFormat, String> {
-    let from_ext = |p: &Path| {
-        p.extension()
-            .and_then(|e| e.to_str())
-            .and_then(parse_format)
-    };
-    if let Some(f) = from_ext(path) {
-        return Ok(f);
-    }
-    if path.is_dir() {
-        let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        names.sort();
-        if let Some(f) = names.iter().find_map(|p| from_ext(p)) {
-            return Ok(f);
-        }
-    }
-    Err(format!(
-        "cannot tell the format of {}: add :parquet or :csv",
-        path.display()
-    ))
-}
-
 impl TableSpec {
-    /// Registers the table; workers read the same path.
+    /// Registers the table; workers read the same location.
     pub async fn register(&self, ctx: &SessionContext) -> Result<()> {
         self.register_with_keys(ctx, Constraints::default()).await
     }
@@ -100,44 +137,71 @@ impl TableSpec {
     /// at most one row). Like DataFusion's own tables, nothing enforces
     /// them.
     pub async fn register_with_keys(&self, ctx: &SessionContext, keys: Constraints) -> Result<()> {
-        let path = std::path::absolute(&self.path)?;
-        let mut path = path.to_string_lossy().to_string();
-        if self.path.is_dir() && !path.ends_with('/') {
-            // DataFusion treats a trailing slash as "every file in here".
-            path.push('/');
+        let url = ListingTableUrl::parse(self.absolute_location()?)?;
+        let format = match self.format {
+            Some(format) => format,
+            None => format_of_files(ctx, &url).await?,
+        };
+        let state = ctx.state();
+        // A directory holds other files too (`_SUCCESS`, checksums): only
+        // the format's own are read. A file named directly is read as is.
+        let extension = if url.is_collection() {
+            format.extension()
+        } else {
+            ""
+        };
+        let options = ListingOptions::new(format.file_format(ctx)).with_file_extension(extension);
+        let partitions = options.infer_partitions(&state, &url).await?;
+        // Partition values are text in the path; plain strings are what
+        // every client reads.
+        let options = options.with_table_partition_cols(
+            partitions
+                .into_iter()
+                .map(|column| (column, DataType::Utf8))
+                .collect(),
+        );
+        let inferred = options.infer_schema(&state, &url).await?;
+        let schema = client_schema(inferred.as_ref());
+        let config = ListingTableConfig::new(url)
+            .with_listing_options(options)
+            .with_schema(Arc::new(schema));
+        let table = ListingTable::try_new(config)?.with_constraints(keys);
+        ctx.register_table(self.name.as_str(), Arc::new(table))?;
+        Ok(())
+    }
+
+    /// An object store URL as given; a local path made absolute, a
+    /// directory with the trailing slash DataFusion reads as "every file
+    /// in here".
+    fn absolute_location(&self) -> Result<String> {
+        if self.location.contains("://") {
+            return Ok(self.location.clone());
         }
-        match self.format {
-            TableFormat::Parquet => {
-                let schema = plain_schema(ctx, &path).await?;
-                let options = ParquetReadOptions::default()
-                    .schema(&schema)
-                    .to_listing_options(&ctx.copied_config(), ctx.copied_table_options());
-                let config = ListingTableConfig::new(ListingTableUrl::parse(&path)?)
-                    .with_listing_options(options)
-                    .with_schema(Arc::new(schema));
-                let table = ListingTable::try_new(config)?.with_constraints(keys);
-                ctx.register_table(self.name.as_str(), Arc::new(table))?;
-                Ok(())
-            }
-            TableFormat::Csv => {
-                let options = CsvReadOptions::new().has_header(true);
-                ctx.register_csv(&self.name, &path, options).await
-            }
+        let path = std::path::absolute(&self.location)?;
+        let mut text = path.to_string_lossy().to_string();
+        if Path::new(&self.location).is_dir() && !text.ends_with('/') {
+            text.push('/');
         }
+        Ok(text)
     }
 }
 
-/// The Parquet files' schema with string and binary views as plain
-/// `Utf8`/`Binary`. Writers such as tpchgen embed view types in the file's
-/// Arrow schema; read as views, every string column was decoded into views
-/// and then cast for the client (and shipped as views between workers).
-/// Declared plain, the reader decodes straight into the type clients get.
-async fn plain_schema(ctx: &SessionContext, path: &str) -> Result<Schema> {
-    let table_path = ListingTableUrl::parse(path)?;
-    let options = ParquetReadOptions::default()
-        .to_listing_options(&ctx.copied_config(), ctx.copied_table_options());
-    let inferred = options.infer_schema(&ctx.state(), &table_path).await?;
-    Ok(client_schema(&inferred))
+/// The format of a directory's files, from the first one with a known
+/// extension.
+async fn format_of_files(ctx: &SessionContext, url: &ListingTableUrl) -> Result<TableFormat> {
+    let state = ctx.state();
+    let store = state.runtime_env().object_store(url)?;
+    let mut files = url.list_all_files(&state, store.as_ref(), "").await?;
+    while let Some(file) = files.next().await {
+        let file = file?;
+        if let Some(format) = file.location.filename().and_then(TableFormat::of_file) {
+            return Ok(format);
+        }
+    }
+    Err(DataFusionError::Plan(format!(
+        "cannot tell the format of {}: no file with a known extension; add :{FORMAT_NAMES}",
+        url.as_str()
+    )))
 }
 
 #[cfg(test)]
@@ -146,23 +210,47 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn parses_name_path_and_format() {
+    fn parses_name_location_and_format() {
         let t: TableSpec = "t=/data/x.parquet".parse().unwrap();
         assert_eq!(t.name, "t");
-        assert_eq!(t.path, PathBuf::from("/data/x.parquet"));
-        assert_eq!(t.format, TableFormat::Parquet);
+        assert_eq!(t.location, "/data/x.parquet");
+        assert_eq!(t.format, Some(TableFormat::Parquet));
         let t: TableSpec = "t=/data/x.txt:csv".parse().unwrap();
-        assert_eq!(t.format, TableFormat::Csv);
-        assert_eq!(t.path, PathBuf::from("/data/x.txt"));
+        assert_eq!(t.format, Some(TableFormat::Csv));
+        assert_eq!(t.location, "/data/x.txt");
         let t: TableSpec = "t=/data/x.CSV".parse().unwrap();
-        assert_eq!(t.format, TableFormat::Csv);
+        assert_eq!(t.format, Some(TableFormat::Csv));
+        let t: TableSpec = "t=s3://bucket/events/:json".parse().unwrap();
+        assert_eq!(t.location, "s3://bucket/events/");
+        assert_eq!(t.format, Some(TableFormat::Json));
+        let t: TableSpec = "t=s3://bucket/tpch-sf0.01/lineitem/".parse().unwrap();
+        assert_eq!(t.format, None);
+        let t: TableSpec = "t=https://host:8080/x.arrow".parse().unwrap();
+        assert_eq!(t.location, "https://host:8080/x.arrow");
+        assert_eq!(t.format, Some(TableFormat::Arrow));
     }
 
     #[test]
     fn rejects_bad_specs() {
         assert!("no-equals".parse::<TableSpec>().is_err());
         assert!("bad name=/x.parquet".parse::<TableSpec>().is_err());
-        assert!("t=/nowhere/x.unknown".parse::<TableSpec>().is_err());
+        assert!("t=".parse::<TableSpec>().is_err());
+    }
+
+    #[tokio::test]
+    async fn an_unknown_format_is_a_clear_error_naming_the_choices() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("x.unknown"), "1").unwrap();
+        for location in [
+            dir.path().join("x.unknown").display().to_string(),
+            dir.path().display().to_string(),
+        ] {
+            let spec: TableSpec = format!("t={location}").parse().unwrap();
+            let error = spec.register(&SessionContext::new()).await.unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains("cannot tell the format"), "{text}");
+            assert!(text.contains(FORMAT_NAMES), "{text}");
+        }
     }
 
     #[tokio::test]
@@ -202,11 +290,34 @@ mod tests {
         assert_eq!(rows, 2);
     }
 
-    #[test]
-    fn directory_format_comes_from_its_files() {
+    #[tokio::test]
+    async fn hive_directories_get_partition_columns_from_their_paths() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("part-0.csv"), "a\n1\n").unwrap();
+        for (year, rows) in [("2023", "a,b\n1,x\n2,y\n"), ("2024", "a,b\n3,z\n")] {
+            let part = dir.path().join(format!("year={year}"));
+            std::fs::create_dir(&part).unwrap();
+            std::fs::write(part.join("part-0.csv"), rows).unwrap();
+            std::fs::write(part.join("_SUCCESS"), "").unwrap();
+        }
+        let ctx = SessionContext::new();
         let spec: TableSpec = format!("t={}", dir.path().display()).parse().unwrap();
-        assert_eq!(spec.format, TableFormat::Csv);
+        assert_eq!(spec.format, None);
+        spec.register(&ctx).await.unwrap();
+        let batches = ctx
+            .sql("SELECT sum(a) AS s, min(year) AS y FROM t WHERE year = '2023'")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        assert!(text.contains("| 3 | 2023 |"), "{text}");
+        let schema = ctx.table("t").await.unwrap().schema().inner().clone();
+        assert_eq!(
+            schema.field_with_name("year").unwrap().data_type(),
+            &DataType::Utf8
+        );
     }
 }

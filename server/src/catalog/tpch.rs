@@ -42,8 +42,8 @@ pub fn generate(dir: &Path, scale: f64) -> anyhow::Result<Vec<TableSpec>> {
             }
             Ok(TableSpec {
                 name: table.to_string(),
-                path,
-                format: TableFormat::Parquet,
+                location: path.to_string_lossy().to_string(),
+                format: Some(TableFormat::Parquet),
             })
         })
         .collect()

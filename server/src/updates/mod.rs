@@ -210,8 +210,8 @@ where
     }
     let spec = TableSpec {
         name: name.to_string(),
-        path: dir.clone(),
-        format: TableFormat::Parquet,
+        location: dir.to_string_lossy().to_string(),
+        format: Some(TableFormat::Parquet),
     };
     if let Err(e) = spec.register_with_keys(ctx, constraints_of(&keys)).await {
         let _ = std::fs::remove_dir_all(&dir);

@@ -28,9 +28,7 @@ async fn csv_directory_and_parquet_file_tables() {
     let nation = tpch_tables.iter().find(|t| t.name == "nation").unwrap();
     let tables: Vec<TableSpec> = vec![
         format!("sales={}", csv_dir.display()).parse().unwrap(),
-        format!("nations={}", nation.path.display())
-            .parse()
-            .unwrap(),
+        format!("nations={}", nation.location).parse().unwrap(),
     ];
     let server = coordinator(vec![], tables.clone()).await;
     let mut client = client(&server).await;
