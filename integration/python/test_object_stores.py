@@ -27,14 +27,15 @@ REGION = "us-east-1"
 TPCH = ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"]
 
 
-def start_moto(port):
+def start_moto(port, auth_after=3):
     """moto's S3/IAM server. Requests need IAM credentials after the first
-    three actions, which create them."""
+    `auth_after` actions (which create them); any key works with None."""
+    checks = {} if auth_after is None else {"INITIAL_NO_AUTH_ACTION_COUNT": str(auth_after)}
     proc = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1",
          "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+        env={**os.environ, **checks},
     )
     deadline = time.time() + 30
     while True:
@@ -277,6 +278,15 @@ def test_a_wrong_key_is_permission_denied_and_never_shown(s3, tmp_path):
     finally:
         server.stop()
     assert secret not in log.read_text()
+
+
+@pytest.mark.parametrize("fmt, code", [("DELTA", "(Unimplemented;"),
+                                       ("ICEBERG", "(Unimplemented;"),
+                                       ("NOSUCHFORMAT", "(InvalidArgument;")])
+def test_table_formats_not_read_are_clear_errors(conn, formats_dir, fmt, code):
+    text = expect_error(conn, f"CREATE EXTERNAL TABLE other STORED AS {fmt} "
+                              f"LOCATION '{formats_dir}/'", code)
+    assert fmt in text.upper(), text
 
 
 def test_credentials_on_the_command_line_are_refused(tmp_path):

@@ -23,6 +23,8 @@ pub fn status_code(e: &DataFusionError) -> Code {
         }
         DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => Code::InvalidArgument,
         DataFusionError::NotImplemented(_) => Code::Unimplemented,
+        // An unknown table format or option: the statement's fault.
+        DataFusionError::Configuration(_) => Code::InvalidArgument,
         DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
         DataFusionError::ArrowError(arrow, _) => match arrow.as_ref() {
             ArrowError::DivideByZero
