@@ -136,15 +136,11 @@ fn check_table_format(coord: &Coordinator, file_type: &str) -> Result<(), Status
             if state.table_factories().contains_key(&format) {
                 return Ok(());
             }
-            let mut known: Vec<&String> = state.table_factories().keys().collect();
+            let mut known: Vec<&str> = state.table_factories().keys().map(String::as_str).collect();
             known.sort();
             Err(Status::invalid_argument(format!(
                 "STORED AS {file_type}: unknown format; one of {}",
-                known
-                    .iter()
-                    .map(|k| k.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                known.join(", ")
             )))
         }
     }
