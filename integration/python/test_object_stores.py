@@ -18,6 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 from answers import assert_same, is_ordered
 from conftest import BIN_DIR, Process, free_port, oracle_over, tpch_query
@@ -48,7 +49,7 @@ def start_moto(port, auth_after=3):
 
 
 @pytest.fixture(scope="module")
-def s3(cluster):
+def s3(cluster, formats_dir):
     import boto3
 
     port = free_port()
@@ -72,6 +73,10 @@ def s3(cluster):
     for table in TPCH:
         client.upload_file(str(cluster["data"] / f"{table}.parquet"), BUCKET,
                            f"sf/{table}/part-0.parquet")
+    delta = formats_dir / "nation_delta"
+    for file in delta.rglob("*"):
+        if file.is_file():
+            client.upload_file(str(file), BUCKET, f"delta/nation/{file.relative_to(delta)}")
     yield {"endpoint": endpoint, "port": port, "credentials": credentials}
     moto.kill()
     moto.wait()
@@ -125,6 +130,9 @@ def formats_dir(cluster, tmp_path_factory):
     with ipc.new_file(out / "nation.arrow", nation.schema) as writer:
         writer.write_table(nation)
     write_avro(out / "nation.avro", nation)
+    # Two versions: the second deletes a region's rows by rewriting files.
+    write_deltalake(str(out / "nation_delta"), nation, partition_by=["n_regionkey"])
+    DeltaTable(str(out / "nation_delta")).delete("n_nationkey % 2 = 0")
     lineitem = pq.read_table(cluster["data"] / "lineitem.parquet")
     lineitem = lineitem.cast(pa.schema([
         pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type)
@@ -207,6 +215,22 @@ def test_created_external_table_on_s3_reads_through_flight_sql(conn, oracle):
                 oracle.sql(sql.format("orders")).to_arrow_table(), True)
 
 
+def test_delta_table_on_s3_reads_its_latest_version(conn, formats_dir):
+    import datafusion
+
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE EXTERNAL TABLE s3_delta_nation STORED AS DELTA "
+                    f"LOCATION 's3://{BUCKET}/delta/nation/'")
+    sql = "SELECT n_regionkey, count(*) AS n, min(n_name) AS first FROM {} " \
+          "GROUP BY n_regionkey ORDER BY n_regionkey"
+    ctx = datafusion.SessionContext()
+    rows = DeltaTable(str(formats_dir / "nation_delta")).to_pyarrow_table()
+    assert rows.num_rows == 12
+    ctx.register_record_batches("nation", [rows.to_batches()])
+    assert_same(fetch(conn, sql.format("s3_delta_nation")),
+                ctx.sql(sql.format("nation")).to_arrow_table(), True)
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "avro", "arrow"])
 def test_every_file_format_answers_like_single_node(conn, formats_dir, fmt):
     import datafusion
@@ -280,7 +304,7 @@ def test_a_wrong_key_is_permission_denied_and_never_shown(s3, tmp_path):
     assert secret not in log.read_text()
 
 
-@pytest.mark.parametrize("fmt, code", [("DELTA", "(Unimplemented;"),
+@pytest.mark.parametrize("fmt, code", [("DELTA", "(NotFound;"),
                                        ("ICEBERG", "(Unimplemented;"),
                                        ("NOSUCHFORMAT", "(InvalidArgument;")])
 def test_table_formats_not_read_are_clear_errors(conn, formats_dir, fmt, code):

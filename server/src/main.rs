@@ -64,8 +64,9 @@ struct Args {
     local_workers: usize,
 
     /// A table: NAME=LOCATION or NAME=LOCATION:FORMAT (parquet, csv, json,
-    /// avro or arrow). LOCATION is a file, a directory (hive-style
-    /// `key=value/` subdirectories become partition columns) or a URL
+    /// avro, arrow or delta). LOCATION is a file, a directory (a Delta
+    /// table when it has a `_delta_log`; hive-style `key=value/`
+    /// subdirectories become partition columns) or a URL
     /// (`s3://`, `gs://`, `az://`, `abfss://`, `https://`); workers must
     /// reach the same location. Repeatable.
     #[arg(long = "table", value_name = "NAME=LOCATION[:FORMAT]")]

@@ -28,6 +28,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tonic_health::ServingStatus;
 use tower::util::MapResponseLayer;
 
+use crate::catalog::delta::DeltaTableFactory;
 use crate::catalog::persisted::PersistedCatalog;
 use crate::catalog::TableSpec;
 use crate::cluster::{
@@ -190,12 +191,17 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
     let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
         vec![Arc::new(CheckedScalarSubqueries)];
     rules.extend(Optimizer::new().rules);
-    let state = SessionStateBuilder::new()
+    let mut state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
         .with_optimizer_rules(rules)
         .build();
+    for name in ["DELTA", "DELTALAKE"] {
+        state
+            .table_factories_mut()
+            .insert(name.to_string(), Arc::new(DeltaTableFactory));
+    }
     let ctx = SessionContext::new_with_state(state);
     ctx.register_udf(scalar_subquery_value().as_ref().clone());
     ctx

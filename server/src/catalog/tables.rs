@@ -21,6 +21,7 @@ use datafusion::datasource::listing::{
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
+use super::delta::DeltaTable;
 use crate::planner::client_types::client_schema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,10 +33,12 @@ pub enum TableFormat {
     Avro,
     /// Arrow IPC files.
     Arrow,
+    /// A Delta Lake table: Parquet files listed by a transaction log.
+    Delta,
 }
 
 /// How the formats are named after a `:`, for error messages.
-const FORMAT_NAMES: &str = "parquet, csv, json, avro or arrow";
+const FORMAT_NAMES: &str = "parquet, csv, json, avro, arrow or delta";
 
 impl TableFormat {
     fn parse(name: &str) -> Option<Self> {
@@ -45,6 +48,7 @@ impl TableFormat {
             "json" | "ndjson" => Some(Self::Json),
             "avro" => Some(Self::Avro),
             "arrow" | "ipc" | "feather" => Some(Self::Arrow),
+            "delta" => Some(Self::Delta),
             _ => None,
         }
     }
@@ -52,13 +56,13 @@ impl TableFormat {
     /// The format a file name's extension says, if any.
     fn of_file(name: &str) -> Option<Self> {
         let (_, extension) = name.rsplit_once('.')?;
-        Self::parse(extension)
+        Self::parse(extension).filter(|format| *format != Self::Delta)
     }
 
     /// The extension files of this format have in a directory.
     fn extension(self) -> &'static str {
         match self {
-            Self::Parquet => ".parquet",
+            Self::Parquet | Self::Delta => ".parquet",
             Self::Csv => ".csv",
             Self::Json => ".json",
             Self::Avro => ".avro",
@@ -71,7 +75,9 @@ impl TableFormat {
     fn file_format(self, ctx: &SessionContext) -> Arc<dyn FileFormat> {
         let options = ctx.copied_table_options();
         match self {
-            Self::Parquet => Arc::new(ParquetFormat::default().with_options(options.parquet)),
+            Self::Parquet | Self::Delta => {
+                Arc::new(ParquetFormat::default().with_options(options.parquet))
+            }
             Self::Csv => Arc::new(
                 CsvFormat::default()
                     .with_options(options.csv)
@@ -143,6 +149,11 @@ impl TableSpec {
             None => format_of_files(ctx, &url).await?,
         };
         let state = ctx.state();
+        if format == TableFormat::Delta {
+            let table = DeltaTable::open(&state, url.as_str()).await?;
+            ctx.register_table(self.name.as_str(), Arc::new(table))?;
+            return Ok(());
+        }
         // A directory holds other files too (`_SUCCESS`, checksums): only
         // the format's own are read. A file named directly is read as is.
         let extension = if url.is_collection() {
@@ -186,11 +197,18 @@ impl TableSpec {
     }
 }
 
-/// The format of a directory's files, from the first one with a known
-/// extension.
+/// The format of a directory's files: Delta when it has a Delta log, else
+/// that of the first file with a known extension.
 async fn format_of_files(ctx: &SessionContext, url: &ListingTableUrl) -> Result<TableFormat> {
     let state = ctx.state();
     let store = state.runtime_env().object_store(url)?;
+    if url.is_collection() {
+        let log = url.prefix().clone().join("_delta_log");
+        if let Some(entry) = store.list(Some(&log)).next().await {
+            entry?;
+            return Ok(TableFormat::Delta);
+        }
+    }
     let mut files = url.list_all_files(&state, store.as_ref(), "").await?;
     while let Some(file) = files.next().await {
         let file = file?;

@@ -117,15 +117,11 @@ pub async fn run_update(
 }
 
 /// INVALID_ARGUMENT naming the formats for one Squadron does not know;
-/// UNIMPLEMENTED for table formats of their own (a log of versions over
-/// Parquet files) it does not read yet. DataFusion would answer both with
+/// UNIMPLEMENTED for Iceberg, a table format of its own it does not read. DataFusion would answer both with
 /// an internal "unable to find factory".
 fn check_table_format(coord: &Coordinator, file_type: &str) -> Result<(), Status> {
     let format = file_type.to_ascii_uppercase();
     match format.as_str() {
-        "DELTA" | "DELTALAKE" => Err(Status::unimplemented(
-            "STORED AS DELTA: Delta Lake tables are not supported yet",
-        )),
         // iceberg-datafusion 0.10 builds on DataFusion 53; Squadron is on 55.
         "ICEBERG" => Err(Status::unimplemented(
             "STORED AS ICEBERG: Apache Iceberg tables are not supported (no maintained \
