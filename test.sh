@@ -27,6 +27,10 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r integration/requirements.txt
+# Azurite (Azure Blob Storage emulator) for the object store tests, from npm.
+if [ ! -x integration/azurite/node_modules/.bin/azurite-blob ]; then
+    npm ci --prefix integration/azurite --no-audit --no-fund --silent
+fi
 "$venv/bin/python" -m pytest integration/python -q -p no:cacheprovider
 
 echo "== JDBC client tests"

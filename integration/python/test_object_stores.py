@@ -1,11 +1,13 @@
 """Tables where clusters keep them: an S3-compatible store (moto's server,
-started here on loopback with IAM checks on), the common file formats and
+started here on loopback with IAM checks on), Azure Blob Storage (the
+Azurite emulator from npm, on loopback), the common file formats and
 a hive-partitioned directory, all through Flight SQL on 2 worker processes
 and compared with single-node DataFusion over the local files."""
 
 import json
 import os
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -21,7 +23,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from answers import assert_same, is_ordered
-from conftest import BIN_DIR, Process, free_port, oracle_over, tpch_query
+from conftest import BIN_DIR, REPO, Process, free_port, oracle_over, tpch_query
 
 BUCKET = "tpch"
 REGION = "us-east-1"
@@ -322,3 +324,69 @@ def test_credentials_on_the_command_line_are_refused(tmp_path):
     assert result.returncode != 0
     assert "credential" in result.stderr
     assert "hunter2" not in result.stderr
+
+
+AZURITE = REPO / "integration" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+# Azurite's documented development account: public, and accepted only by
+# the emulator.
+AZURITE_CONNECTION = (
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+    "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
+    "K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+)
+
+
+@pytest.fixture(scope="module")
+def azure(cluster, tmp_path_factory):
+    """Azurite with container `tpch` holding nation and orders, and a
+    coordinator with 2 embedded workers reading it as `az://tpch/…`."""
+    from azure.storage.blob import BlobServiceClient
+
+    port = free_port()
+    emulator = subprocess.Popen(
+        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+         "--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--silent"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.time() < deadline, "azurite did not start"
+            time.sleep(0.2)
+    blobs = BlobServiceClient.from_connection_string(AZURITE_CONNECTION.format(port=port))
+    blobs.create_container(BUCKET)
+    for table in ["nation", "orders"]:
+        with open(cluster["data"] / f"{table}.parquet", "rb") as f:
+            blobs.get_blob_client(BUCKET, f"sf/{table}/part-0.parquet").upload_blob(f)
+    # object_store finds the emulator by this variable.
+    env = {"AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{port}"}
+    server = Process(
+        [str(BIN_DIR / "squadron-server"), "--listen", "127.0.0.1:0", "--insecure",
+         "--local-workers", "2", "--data-dir", str(tmp_path_factory.mktemp("az-data")),
+         "--store", f"az://{BUCKET}?use_emulator=true",
+         "--store", "az://missing?use_emulator=true",
+         "--table", f"nation=az://{BUCKET}/sf/nation/"],
+        stderr=tmp_path_factory.mktemp("az-logs") / "coordinator.log", env=env,
+    )
+    yield server.url
+    server.stop()
+    emulator.kill()
+    emulator.wait()
+
+
+def test_tables_in_azure_blob_storage_answer_like_local_files(azure, oracle):
+    with flightsql.connect(azure) as conn:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE EXTERNAL TABLE orders STORED AS PARQUET "
+                        f"LOCATION 'az://{BUCKET}/sf/orders/'")
+        sql = "SELECT n_name, count(*) AS orders, sum(o_totalprice) AS total " \
+              "FROM orders JOIN nation ON o_custkey % 25 = n_nationkey " \
+              "GROUP BY n_name ORDER BY n_name"
+        assert_same(fetch(conn, sql), oracle.sql(sql).to_arrow_table(), True)
+        text = expect_error(conn, "CREATE EXTERNAL TABLE gone STORED AS PARQUET "
+                                  "LOCATION 'az://missing/x/'", "(NotFound;")
+        # The store's own URL for the container, and Azure's reason.
+        assert "/missing?" in text and "ContainerNotFound" in text, text
