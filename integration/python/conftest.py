@@ -98,3 +98,23 @@ def oracle(cluster):
 
 def tpch_query(n):
     return (REPO / "testdata" / "tpch" / f"q{n}.sql").read_text()
+
+
+def fetch(conn, sql):
+    """The whole answer of `sql` on an ADBC connection."""
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetch_arrow_table()
+
+
+def expect_error(conn, sql, code):
+    """Runs `sql`, which must fail with the gRPC `code` as ADBC prints it
+    (e.g. "(NotFound;"); returns the message."""
+    import adbc_driver_flightsql.dbapi as flightsql
+
+    with conn.cursor() as cur:
+        with pytest.raises(flightsql.Error) as err:
+            cur.execute(sql)
+            cur.fetchall()
+    assert code in str(err.value), str(err.value)
+    return str(err.value)

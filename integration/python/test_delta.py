@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from answers import assert_same
-from conftest import BIN_DIR, Process
+from conftest import BIN_DIR, Process, expect_error, fetch
 
 ROWS_PER_FILE = 5000
 
@@ -78,12 +78,6 @@ def delta_cluster(tables, tmp_path_factory):
 def conn(delta_cluster):
     with flightsql.connect(delta_cluster) as conn:
         yield conn
-
-
-def fetch(conn, sql):
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetch_arrow_table()
 
 
 def expected(path, sql, name):
@@ -164,15 +158,6 @@ def test_created_external_delta_table_reads_through_flight_sql(conn, tables):
     query = "SELECT count(*) AS n, sum(id) AS s, count(note) AS notes FROM {}"
     assert_same(fetch(conn, query.format("ranges_again")),
                 expected(tables / "ranges", query.format("ranges"), "ranges"), True)
-
-
-def expect_error(conn, sql, code):
-    with conn.cursor() as cur:
-        with pytest.raises(flightsql.Error) as err:
-            cur.execute(sql)
-            cur.fetchall()
-    assert code in str(err.value), str(err.value)
-    return str(err.value)
 
 
 def test_a_directory_without_a_log_is_not_found(conn, tables):

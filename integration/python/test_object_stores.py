@@ -23,7 +23,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from answers import assert_same, is_ordered
-from conftest import BIN_DIR, REPO, Process, free_port, oracle_over, tpch_query
+from conftest import (BIN_DIR, REPO, Process, expect_error, fetch, free_port, oracle_over,
+                      tpch_query)
 
 BUCKET = "tpch"
 REGION = "us-east-1"
@@ -184,12 +185,6 @@ def conn(s3_cluster):
         yield conn
 
 
-def fetch(conn, sql):
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetch_arrow_table()
-
-
 @pytest.mark.parametrize("n", range(1, 23))
 def test_tpch_from_s3_matches_local_files(conn, oracle, n):
     sql = tpch_query(n)
@@ -254,15 +249,6 @@ def test_hive_partitions_are_columns_and_filters_prune_directories(conn, oracle)
                     .to_pydict().values()))["physical_plan"]
     assert "l_returnflag=R/" in plan, plan
     assert "l_returnflag=A/" not in plan and "l_returnflag=N/" not in plan, plan
-
-
-def expect_error(conn, sql, code):
-    with conn.cursor() as cur:
-        with pytest.raises(flightsql.Error) as err:
-            cur.execute(sql)
-            cur.fetchall()
-    assert code in str(err.value), str(err.value)
-    return str(err.value)
 
 
 def test_missing_bucket_and_object_are_not_found_naming_the_url(conn):
