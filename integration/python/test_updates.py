@@ -173,6 +173,15 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             )
             execute_update(cur, "CREATE TABLE gone AS SELECT 1 AS one")
             execute_update(cur, "DROP TABLE gone")
+            # Quoted names stay one part with their case, now and after
+            # the restart: "foo.bar" is not table bar of schema foo.
+            execute_update(cur, 'CREATE TABLE "foo.bar" AS VALUES (1), (2)')
+            execute_update(cur, 'CREATE TABLE "Mixed" AS VALUES (1), (2), (3)')
+            execute_update(cur, 'INSERT INTO "Mixed" VALUES (4)')
+            assert count(cur, '"foo.bar"') == 2
+            assert count(cur, '"Mixed"') == 4
+            with pytest.raises(flightsql.Error):
+                count(cur, "mixed")
     finally:
         server.stop()
     server = start()
@@ -185,5 +194,11 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             assert cur.fetchall() == [(1, "a"), (2, "b")]
             with pytest.raises(flightsql.Error):
                 count(cur, "gone")
+            assert count(cur, '"foo.bar"') == 2
+            assert count(cur, '"Mixed"') == 4
+            execute_update(cur, 'DROP TABLE "foo.bar"')
+            execute_update(cur, 'DROP TABLE "Mixed"')
+            with pytest.raises(flightsql.Error):
+                count(cur, '"Mixed"')
     finally:
         server.stop()

@@ -81,7 +81,7 @@ where
             create_table(coord, &name, command.temporary, schema, batches, vec![]).await
         }
         Action::Append => {
-            let location = match catalog(coord)?.get(&name.to_string()) {
+            let location = match catalog(coord)?.get(&name.to_quoted_string()) {
                 Some(Entry::Managed { location, .. }) => location,
                 _ => {
                     return Err(Status::failed_precondition(format!(

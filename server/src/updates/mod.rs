@@ -230,13 +230,15 @@ where
     let dir = catalog.new_table_dir(name.table(), temporary);
     let (_, rows) = write::write_parquet(&dir, schema, batches).await?;
     let ctx = coord.session();
-    let replaced = catalog.get(&name.to_string());
+    let replaced = catalog.get(&name.to_quoted_string());
     if exists(coord, name) {
         ctx.deregister_table(name.clone())
             .map_err(|e| to_status(&e))?;
     }
+    // Quoted where needed: the name is parsed again when registered (now
+    // and at start-up), and "foo.bar" or "T1" must stay one case-kept part.
     let spec = TableSpec {
-        name: name.to_string(),
+        name: name.to_quoted_string(),
         location: dir.to_string_lossy().to_string(),
         format: Some(TableFormat::Parquet),
     };
@@ -245,10 +247,10 @@ where
         return Err(to_status(&e));
     }
     if temporary {
-        catalog.remove(&name.to_string())?;
+        catalog.remove(&name.to_quoted_string())?;
     } else {
         catalog.put(Entry::Managed {
-            name: name.to_string(),
+            name: name.to_quoted_string(),
             location: dir,
             keys,
         })?;
@@ -284,7 +286,7 @@ async fn define(
             Status::internal(format!("the statement defining {name} has no text"))
         })?;
         catalog.put(Entry::Defined {
-            name: name.to_string(),
+            name: name.to_quoted_string(),
             sql,
             schema: Some((session.catalog(), session.schema())),
         })?;
@@ -298,7 +300,7 @@ async fn drop_table(coord: &Coordinator, name: &TableReference) -> Result<u64, S
         .deregister_table(name.clone())
         .map_err(|e| to_status(&e))?;
     if let Some(catalog) = coord.catalog() {
-        if let Some(Entry::Managed { location, .. }) = catalog.remove(&name.to_string())? {
+        if let Some(Entry::Managed { location, .. }) = catalog.remove(&name.to_quoted_string())? {
             remove_files(&location);
         }
     }
@@ -317,7 +319,7 @@ async fn insert(
             dml.op
         )));
     }
-    let location = match catalog(coord)?.get(&table_name.to_string()) {
+    let location = match catalog(coord)?.get(&table_name.to_quoted_string()) {
         Some(Entry::Managed { location, .. }) => location,
         _ => {
             return Err(Status::failed_precondition(format!(
