@@ -31,6 +31,10 @@ fi
 if [ ! -x integration/azurite/node_modules/.bin/azurite-blob ]; then
     npm ci --prefix integration/azurite --no-audit --no-fund --silent
 fi
+# fake-gcs-server (a GCS emulator) for the GCS tests, from the Go module proxy.
+if [ ! -x integration/.gcs/fake-gcs-server ]; then
+    GOBIN="$PWD/integration/.gcs" go install github.com/fsouza/fake-gcs-server@v1.56.1
+fi
 "$venv/bin/python" -m pytest integration/python -q -p no:cacheprovider
 
 echo "== JDBC client tests"

@@ -313,6 +313,7 @@ def test_credentials_on_the_command_line_are_refused(tmp_path):
 
 
 AZURITE = REPO / "integration" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+FAKE_GCS = REPO / "integration" / ".gcs" / "fake-gcs-server"
 # Azurite's documented development account: public, and accepted only by
 # the emulator.
 AZURITE_CONNECTION = (
@@ -322,57 +323,93 @@ AZURITE_CONNECTION = (
 )
 
 
-@pytest.fixture(scope="module")
-def azure(cluster, tmp_path_factory):
-    """Azurite with container `tpch` holding nation and orders, and a
-    coordinator with 2 embedded workers reading it as `az://tpch/…`."""
+def wait_for_port(port, what):
+    deadline = time.time() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.time() < deadline, f"{what} did not start"
+            time.sleep(0.2)
+
+
+def start_azurite(port, files):
+    """Azurite (from npm) in memory, `files` uploaded to container `tpch`.
+    Coordinator options: the emulator is found by an environment variable."""
     from azure.storage.blob import BlobServiceClient
 
-    port = free_port()
     emulator = subprocess.Popen(
         [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
          "--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--silent"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    deadline = time.time() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.time() < deadline, "azurite did not start"
-            time.sleep(0.2)
+    wait_for_port(port, "azurite")
     blobs = BlobServiceClient.from_connection_string(AZURITE_CONNECTION.format(port=port))
     blobs.create_container(BUCKET)
-    for table in ["nation", "orders"]:
-        with open(cluster["data"] / f"{table}.parquet", "rb") as f:
-            blobs.get_blob_client(BUCKET, f"sf/{table}/part-0.parquet").upload_blob(f)
-    # object_store finds the emulator by this variable.
-    env = {"AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{port}"}
+    for key, path in files.items():
+        with open(path, "rb") as f:
+            blobs.get_blob_client(BUCKET, key).upload_blob(f)
+    options = "use_emulator=true"
+    return emulator, options, {"AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{port}"}
+
+
+def start_fake_gcs(port, files, tmp_path_factory):
+    """fake-gcs-server (from the Go module proxy) in memory, loaded with
+    `files` in bucket `tpch`; reads go unsigned to its base URL."""
+    data = tmp_path_factory.mktemp("gcs-data")
+    for key, path in files.items():
+        (data / BUCKET / key).parent.mkdir(parents=True, exist_ok=True)
+        (data / BUCKET / key).write_bytes(path.read_bytes())
+    emulator = subprocess.Popen(
+        [str(FAKE_GCS), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+         "-backend", "memory", "-data", str(data), "-public-host", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, "fake-gcs-server")
+    options = f"base_url=http://127.0.0.1:{port}&skip_signature=true&allow_http=true"
+    return emulator, options, {}
+
+
+@pytest.fixture(scope="module", params=["az", "gs"])
+def emulated_store(request, cluster, tmp_path_factory):
+    """Azure Blob Storage (Azurite) or GCS (fake-gcs-server) on loopback
+    holding nation and orders, and a coordinator with 2 embedded workers
+    reading them as `SCHEME://tpch/…`."""
+    scheme = request.param
+    files = {f"sf/{t}/part-0.parquet": cluster["data"] / f"{t}.parquet"
+             for t in ["nation", "orders"]}
+    port = free_port()
+    if scheme == "az":
+        emulator, options, env = start_azurite(port, files)
+    else:
+        emulator, options, env = start_fake_gcs(port, files, tmp_path_factory)
     server = Process(
         [str(BIN_DIR / "squadron-server"), "--listen", "127.0.0.1:0", "--insecure",
-         "--local-workers", "2", "--data-dir", str(tmp_path_factory.mktemp("az-data")),
-         "--store", f"az://{BUCKET}?use_emulator=true",
-         "--store", "az://missing?use_emulator=true",
-         "--table", f"nation=az://{BUCKET}/sf/nation/"],
-        stderr=tmp_path_factory.mktemp("az-logs") / "coordinator.log", env=env,
+         "--local-workers", "2", "--data-dir", str(tmp_path_factory.mktemp(f"{scheme}-data")),
+         "--store", f"{scheme}://{BUCKET}?{options}",
+         "--table", f"nation={scheme}://{BUCKET}/sf/nation/"],
+        stderr=tmp_path_factory.mktemp(f"{scheme}-logs") / "coordinator.log", env=env,
     )
-    yield server.url
+    yield scheme, server.url
     server.stop()
     emulator.kill()
     emulator.wait()
 
 
-def test_tables_in_azure_blob_storage_answer_like_local_files(azure, oracle):
-    with flightsql.connect(azure) as conn:
+def test_tables_in_azure_and_gcs_answer_like_local_files(emulated_store, oracle):
+    scheme, uri = emulated_store
+    with flightsql.connect(uri) as conn:
         with conn.cursor() as cur:
             cur.execute(f"CREATE EXTERNAL TABLE orders STORED AS PARQUET "
-                        f"LOCATION 'az://{BUCKET}/sf/orders/'")
+                        f"LOCATION '{scheme}://{BUCKET}/sf/orders/'")
         sql = "SELECT n_name, count(*) AS orders, sum(o_totalprice) AS total " \
               "FROM orders JOIN nation ON o_custkey % 25 = n_nationkey " \
               "GROUP BY n_name ORDER BY n_name"
         assert_same(fetch(conn, sql), oracle.sql(sql).to_arrow_table(), True)
+        # A missing object (fake-gcs-server answers a missing bucket with 500,
+        # where GCS says 404; the S3 tests cover missing buckets).
         text = expect_error(conn, "CREATE EXTERNAL TABLE gone STORED AS PARQUET "
-                                  "LOCATION 'az://missing/x/'", "(NotFound;")
-        # The store's own URL for the container, and Azure's reason.
-        assert "/missing?" in text and "ContainerNotFound" in text, text
+                                  f"LOCATION '{scheme}://{BUCKET}/sf/no-such-file.parquet'",
+                            "(NotFound;")
+        assert "no-such-file.parquet" in text, text
