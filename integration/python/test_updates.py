@@ -182,6 +182,12 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             assert count(cur, '"Mixed"') == 4
             with pytest.raises(flightsql.Error):
                 count(cur, "mixed")
+            # A schema, a table and a view in it; a schema that is dropped.
+            execute_update(cur, 'CREATE SCHEMA "Sales"')
+            execute_update(cur, 'CREATE TABLE "Sales".q AS VALUES (1), (2)')
+            execute_update(cur, 'CREATE VIEW "Sales".q_view AS SELECT * FROM "Sales".q')
+            execute_update(cur, "CREATE SCHEMA scratch")
+            execute_update(cur, "DROP SCHEMA scratch")
     finally:
         server.stop()
     server = start()
@@ -196,6 +202,17 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
                 count(cur, "gone")
             assert count(cur, '"foo.bar"') == 2
             assert count(cur, '"Mixed"') == 4
+            assert count(cur, '"Sales".q') == 2
+            assert count(cur, '"Sales".q_view') == 2
+            with pytest.raises(flightsql.Error, match="CASCADE|depend"):
+                execute_update(cur, 'DROP SCHEMA "Sales"')
+            execute_update(cur, 'DROP SCHEMA "Sales" CASCADE')
+            with pytest.raises(flightsql.Error):
+                count(cur, '"Sales".q')
+            with pytest.raises(flightsql.Error, match="PermissionDenied"):
+                execute_update(cur, "DROP SCHEMA system CASCADE")
+            execute_update(cur, "CREATE TABLE scratch AS VALUES (1)")
+            execute_update(cur, "DROP TABLE scratch")
             execute_update(cur, 'DROP TABLE "foo.bar"')
             execute_update(cur, 'DROP TABLE "Mixed"')
             with pytest.raises(flightsql.Error):

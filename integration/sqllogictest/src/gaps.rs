@@ -43,7 +43,7 @@ const GAPS: &[(&str, &str)] = &[
     ),
     (
         "not supported yet: CreateCatalog",
-        "CREATE SCHEMA / CREATE CATALOG are not supported yet (UNIMPLEMENTED)",
+        "CREATE CATALOG is not supported yet (UNIMPLEMENTED): a catalog of its own would need persisting and naming rules",
     ),
     (
         "Physical plan does not support logical expression ScalarSubquery",

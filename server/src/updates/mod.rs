@@ -1,6 +1,7 @@
 //! Statements that change the catalog or a table's rows: `CREATE TABLE
 //! [AS SELECT]`, `INSERT INTO`, `CREATE EXTERNAL TABLE`, `CREATE VIEW`,
-//! `DROP TABLE`, `DROP VIEW`, `COPY … TO`, and bulk ingest.
+//! `DROP TABLE`, `DROP VIEW`, `CREATE SCHEMA`, `DROP SCHEMA`, `COPY … TO`,
+//! and bulk ingest.
 //!
 //! The rows a statement writes are computed by the same distributed
 //! execution as any query; the coordinator writes them into the table's
@@ -10,6 +11,7 @@
 
 pub mod copy;
 pub mod ingest;
+mod schemas;
 pub mod write;
 
 use std::path::Path;
@@ -107,6 +109,12 @@ pub async fn run_update(
             }
             drop_table(coord, &name).await
         }
+        LogicalPlan::Ddl(DdlStatement::CreateCatalogSchema(ref create)) => {
+            schemas::create_schema(coord, session, create, plan.clone()).await
+        }
+        LogicalPlan::Ddl(DdlStatement::DropCatalogSchema(ref drop)) => {
+            schemas::drop_schema(coord, session, drop, plan.clone()).await
+        }
         LogicalPlan::Dml(dml) => insert(coord, session, dml).await,
         LogicalPlan::Copy(copy) => copy::copy_to(coord, session, copy).await,
         other => Err(Status::unimplemented(format!(
@@ -135,7 +143,8 @@ fn check_table_format(coord: &Coordinator, file_type: &str) -> Result<(), Status
             let mut known: Vec<&str> = state.table_factories().keys().map(String::as_str).collect();
             known.sort();
             Err(Status::invalid_argument(format!(
-                "STORED AS {file_type}: unknown format; one of {}",
+                // DataFusion's words first (clients and its tests match them).
+                "Execution error: Unable to find factory for {format}: STORED AS takes one of {}",
                 known.join(", ")
             )))
         }

@@ -1,0 +1,109 @@
+//! `CREATE SCHEMA` and `DROP SCHEMA`. DataFusion keeps schemas in the
+//! catalog every session shares; the persisted catalog records a schema's
+//! CREATE so it is there again after a restart, before the tables and
+//! views created in it (entries replay in the order they were made).
+
+use datafusion::common::{SchemaReference, TableReference};
+use datafusion::logical_expr::{CreateCatalogSchema, DropCatalogSchema, LogicalPlan};
+use squadron_worker::error::to_status;
+use tonic::Status;
+
+use super::remove_files;
+use crate::catalog::persisted::Entry;
+use crate::catalog::system::SYSTEM_SCHEMA;
+use crate::coordinator::Coordinator;
+use crate::session::Session;
+
+pub async fn create_schema(
+    coord: &Coordinator,
+    session: &Session,
+    create: &CreateCatalogSchema,
+    plan: LogicalPlan,
+) -> Result<u64, Status> {
+    // DataFusion's own reading of the name: `schema` or `catalog.schema`.
+    let (catalog, schema) = match create.schema_name.split_once('.') {
+        Some((catalog, schema)) => (catalog.to_string(), schema.to_string()),
+        None => (session.catalog(), create.schema_name.clone()),
+    };
+    refuse_system(&schema)?;
+    session
+        .ctx()
+        .execute_logical_plan(plan)
+        .await
+        .map_err(|e| to_status(&e))?;
+    let name = entry_name(&catalog, &schema);
+    // Kept where it is if already recorded: it must replay before the
+    // tables made in it since.
+    if let Some(persisted) = coord.catalog().filter(|p| p.get(&name).is_none()) {
+        let sql = format!(
+            "CREATE SCHEMA IF NOT EXISTS {}.{}",
+            quoted(&catalog),
+            quoted(&schema)
+        );
+        persisted.put(Entry::Defined {
+            name,
+            sql,
+            schema: None,
+        })?;
+    }
+    Ok(0)
+}
+
+/// DataFusion refuses a schema with tables unless CASCADE; with CASCADE
+/// the created tables in it are forgotten and their files removed, as a
+/// DROP TABLE of each would.
+pub async fn drop_schema(
+    coord: &Coordinator,
+    session: &Session,
+    drop: &DropCatalogSchema,
+    plan: LogicalPlan,
+) -> Result<u64, Status> {
+    let (catalog, schema) = match &drop.name {
+        SchemaReference::Full { catalog, schema } => (catalog.to_string(), schema.to_string()),
+        SchemaReference::Bare { schema } => (session.catalog(), schema.to_string()),
+    };
+    refuse_system(&schema)?;
+    let tables = coord
+        .session()
+        .catalog(&catalog)
+        .and_then(|c| c.schema(&schema))
+        .map(|s| s.table_names())
+        .unwrap_or_default();
+    session
+        .ctx()
+        .execute_logical_plan(plan)
+        .await
+        .map_err(|e| to_status(&e))?;
+    if let Some(persisted) = coord.catalog() {
+        for table in tables {
+            let name = TableReference::full(catalog.as_str(), schema.as_str(), table);
+            if let Some(Entry::Managed { location, .. }) =
+                persisted.remove(&name.to_quoted_string())?
+            {
+                remove_files(&location);
+            }
+        }
+        persisted.remove(&entry_name(&catalog, &schema))?;
+    }
+    Ok(0)
+}
+
+fn refuse_system(schema: &str) -> Result<(), Status> {
+    if schema == SYSTEM_SCHEMA {
+        return Err(Status::permission_denied(format!(
+            "the {SYSTEM_SCHEMA} schema belongs to the server"
+        )));
+    }
+    Ok(())
+}
+
+/// Schemas share the persisted catalog with tables and views, whose
+/// entries are named by qualified table names: this cannot be one.
+fn entry_name(catalog: &str, schema: &str) -> String {
+    format!("schema {}.{}", quoted(catalog), quoted(schema))
+}
+
+/// An identifier as SQL reads it back exactly (case and dots kept).
+fn quoted(identifier: &str) -> String {
+    format!("\"{}\"", identifier.replace('"', "\"\""))
+}
