@@ -24,7 +24,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "integration" / "python"))
 
 from conftest import Process, free_port, tpch_query  # noqa: E402
-from test_object_stores import BUCKET, REGION, TPCH, start_moto  # noqa: E402
+from test_object_stores import BUCKET, REGION, TPCH, start_moto, wait_for_port  # noqa: E402
 
 
 def main():
@@ -135,17 +134,6 @@ def start_s3s(binary, root):
     )
     wait_for_port(port, "s3s-fs")
     return proc, port
-
-
-def wait_for_port(port, what):
-    deadline = time.time() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.time() < deadline, f"{what} did not start"
-            time.sleep(0.2)
 
 
 def start_nginx(binary, workdir, tables_dir):
