@@ -1,5 +1,6 @@
 //! Delta Lake tables. The coordinator reads the transaction log with the
-//! Delta kernel at each scan (so every query sees the latest version),
+//! Delta kernel at each scan (so every query sees the latest version; the
+//! commits since the previous scan are all it reads of the log's head),
 //! lets the kernel skip files by their statistics, and plans the active
 //! files as a plain Parquet scan: workers read them like any Parquet
 //! table, split into byte ranges across tasks, and nothing Delta-specific
@@ -13,7 +14,7 @@ mod skipping;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -54,6 +55,9 @@ pub struct DeltaTable {
     /// table column `i`.
     scan_schema: TableSchema,
     scan_order: Vec<usize>,
+    /// The newest snapshot read so far: a scan brings it up to date by
+    /// reading only the commits made since.
+    latest: Mutex<SnapshotRef>,
 }
 
 impl fmt::Debug for DeltaTable {
@@ -80,13 +84,28 @@ impl DeltaTable {
             schema: layout.schema,
             scan_schema: layout.scan_schema,
             scan_order: layout.scan_order,
+            latest: Mutex::new(snapshot),
         })
+    }
+
+    /// The table's latest version, updated from the last one read; read
+    /// whole again if that fails (a table replaced under the same root).
+    async fn latest_snapshot(&self) -> Result<SnapshotRef> {
+        let known = Arc::clone(&self.latest.lock().unwrap_or_else(PoisonError::into_inner));
+        let store = Arc::clone(&self.store);
+        let updated = blocking(move || Snapshot::builder_from(known).build(&engine(store))).await;
+        let snapshot = match updated {
+            Ok(snapshot) => snapshot,
+            Err(_) => latest_snapshot(&self.root, &self.store).await?,
+        };
+        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&snapshot);
+        Ok(snapshot)
     }
 
     /// The active files of the latest version that may hold rows matching
     /// `filters`.
     async fn files(&self, filters: &[Expr]) -> Result<Vec<ScanFile>> {
-        let snapshot = latest_snapshot(&self.root, &self.store).await?;
+        let snapshot = self.latest_snapshot().await?;
         let layout = Layout::of(&snapshot, &self.root)?;
         if layout.schema != self.schema {
             return Err(DataFusionError::Plan(format!(
