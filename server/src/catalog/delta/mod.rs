@@ -76,7 +76,7 @@ impl DeltaTable {
         let store = state
             .runtime_env()
             .object_store(ListingTableUrl::parse(root.as_str())?)?;
-        let snapshot = latest_snapshot(&root, &store).await?;
+        let snapshot = read_snapshot(&root, &store).await?;
         let layout = Layout::of(&snapshot, &root)?;
         Ok(Self {
             root,
@@ -90,13 +90,13 @@ impl DeltaTable {
 
     /// The table's latest version, updated from the last one read; read
     /// whole again if that fails (a table replaced under the same root).
-    async fn latest_snapshot(&self) -> Result<SnapshotRef> {
+    async fn updated_snapshot(&self) -> Result<SnapshotRef> {
         let known = Arc::clone(&self.latest.lock().unwrap_or_else(PoisonError::into_inner));
         let store = Arc::clone(&self.store);
         let updated = blocking(move || Snapshot::builder_from(known).build(&engine(store))).await;
         let snapshot = match updated {
             Ok(snapshot) => snapshot,
-            Err(_) => latest_snapshot(&self.root, &self.store).await?,
+            Err(_) => read_snapshot(&self.root, &self.store).await?,
         };
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&snapshot);
         Ok(snapshot)
@@ -105,7 +105,7 @@ impl DeltaTable {
     /// The active files of the latest version that may hold rows matching
     /// `filters`.
     async fn files(&self, filters: &[Expr]) -> Result<Vec<ScanFile>> {
-        let snapshot = self.latest_snapshot().await?;
+        let snapshot = self.updated_snapshot().await?;
         let layout = Layout::of(&snapshot, &self.root)?;
         if layout.schema != self.schema {
             return Err(DataFusionError::Plan(format!(
@@ -338,7 +338,8 @@ fn table_root(location: &str) -> Result<Url> {
     Ok(url)
 }
 
-async fn latest_snapshot(root: &Url, store: &Arc<dyn ObjectStore>) -> Result<SnapshotRef> {
+/// The latest snapshot, read whole from the log.
+async fn read_snapshot(root: &Url, store: &Arc<dyn ObjectStore>) -> Result<SnapshotRef> {
     let (url, store) = (root.clone(), Arc::clone(store));
     blocking(move || Snapshot::builder_for(url.as_str()).build(&engine(store)))
         .await
