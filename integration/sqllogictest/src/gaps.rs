@@ -18,14 +18,6 @@ const GAPS: &[(&str, &str)] = &[
         "a setting that belongs to the operator (memory, caches, catalogs): PERMISSION_DENIED by design",
     ),
     (
-        "Update is not supported yet",
-        "UPDATE is not supported yet (UNIMPLEMENTED)",
-    ),
-    (
-        "Delete is not supported yet",
-        "DELETE is not supported yet (UNIMPLEMENTED)",
-    ),
-    (
         "not supported yet: Prepare",
         "SQL PREPARE/EXECUTE/DEALLOCATE: Squadron has Flight SQL prepared statements instead",
     ),

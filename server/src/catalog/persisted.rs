@@ -145,12 +145,26 @@ impl PersistedCatalog {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        for entry in entries {
-            register(ctx, &entry)
-                .await
-                .map_err(|e| anyhow::anyhow!("catalog entry {}: {}", entry.name(), e.message()))?;
+        // In order, but an entry read before one it needs (a view kept
+        // before the table it reads, which moved to the end when it was
+        // replaced or rewritten) is tried again once the others are in.
+        let mut pending = entries;
+        loop {
+            let tried = pending.len();
+            let mut failed = vec![];
+            for entry in pending {
+                if let Err(e) = register(ctx, &entry).await {
+                    failed.push((entry, e));
+                }
+            }
+            match failed.first() {
+                None => return Ok(()),
+                Some((entry, e)) if failed.len() == tried => {
+                    anyhow::bail!("catalog entry {}: {}", entry.name(), e.message())
+                }
+                Some(_) => pending = failed.into_iter().map(|(entry, _)| entry).collect(),
+            }
         }
-        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Option<Entry> {

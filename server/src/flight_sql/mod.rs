@@ -6,6 +6,7 @@ pub mod metadata;
 pub mod poll;
 pub mod prepared;
 pub mod quotas;
+pub mod rebind;
 pub mod service;
 pub mod session_options;
 pub mod sessions;

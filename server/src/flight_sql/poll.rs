@@ -71,7 +71,9 @@ impl SquadronFlightSql {
         let planned = match Command::try_from(command).map_err(|e| bad_command(&e))? {
             Command::CommandStatementQuery(query) => self.plan_sql(&caller, &query.query).await?,
             Command::CommandPreparedStatementQuery(query) => {
-                let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
+                let prepared = self
+                    .prepared_of(&caller, &query.prepared_statement_handle)
+                    .await?;
                 self.plan_for(&caller, prepared.bound_plan()?).await?
             }
             // Metadata answers are ready at once.
@@ -174,8 +176,8 @@ impl SquadronFlightSql {
                 }
             }
             Command::CommandPreparedStatementQuery(query) => {
-                let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
-                prepared.dataset.as_ref().clone()
+                let id = self.id_of(&caller, &query.prepared_statement_handle);
+                self.state().prepared.get(&id)?.dataset.as_ref().clone()
             }
             _ => {
                 let info = arrow_flight::flight_service_server::FlightService::get_flight_info(

@@ -262,9 +262,25 @@ impl SquadronFlightSql {
         }
     }
 
-    /// The prepared statement a handle `caller` holds names.
-    pub(super) fn prepared_of(&self, caller: &Caller, handle: &[u8]) -> Result<Prepared, Status> {
-        self.state.prepared.get(&self.id_of(caller, handle))
+    /// The prepared statement a handle `caller` holds names, its tables
+    /// bound as they are now (`rebind`).
+    pub(super) async fn prepared_of(
+        &self,
+        caller: &Caller,
+        handle: &[u8],
+    ) -> Result<Prepared, Status> {
+        let prepared = self.state.prepared.get(&self.id_of(caller, handle))?;
+        self.with_current_tables(caller, prepared).await
+    }
+
+    async fn with_current_tables(
+        &self,
+        caller: &Caller,
+        mut prepared: Prepared,
+    ) -> Result<Prepared, Status> {
+        let session = self.state.sessions.current(caller);
+        prepared.plan = super::rebind::with_current_tables(&session, prepared.plan).await?;
+        Ok(prepared)
     }
 
     /// Runs DDL/DML or SET statements (one per bound parameter row) for
@@ -474,7 +490,9 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let caller = Caller::of(&request);
-        let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
+        let prepared = self
+            .prepared_of(&caller, &query.prepared_statement_handle)
+            .await?;
         let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
         let planned = self.updated_now(&caller, planned).await?;
         self.statement_info(&caller, planned, request.into_inner())
@@ -488,7 +506,9 @@ impl FlightSqlService for SquadronFlightSql {
         // Our FlightInfo hands out statement tickets; a client may still
         // redeem the command itself.
         let caller = Caller::of(&request);
-        let prepared = self.prepared_of(&caller, &query.prepared_statement_handle)?;
+        let prepared = self
+            .prepared_of(&caller, &query.prepared_statement_handle)
+            .await?;
         let slot = self.state.quotas.admit(&caller)?;
         let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
         let job_id = uuid::Uuid::new_v4().to_string();
@@ -523,6 +543,7 @@ impl FlightSqlService for SquadronFlightSql {
             self.state.prepared.bind(&id, &batches)?;
         }
         let prepared = self.state.prepared.get(&id)?;
+        let prepared = self.with_current_tables(&caller, prepared).await?;
         self.run_updates(&caller, prepared.bound_plans()?).await
     }
 

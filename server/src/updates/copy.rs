@@ -34,18 +34,30 @@ pub async fn copy_to(
     let input = coord.plan_logical(session, (*copy.input).clone()).await?;
     let schema = input.schema.clone();
     let rows = run_query(coord, input).await?;
+    let plan = LogicalPlan::Copy(CopyTo {
+        input: Arc::new(scan_of_rows(schema, rows)?),
+        ..copy
+    });
+    run_sink(session, plan).await
+}
+
+/// A scan of a job's rows, to feed them to one of DataFusion's sinks.
+pub(super) fn scan_of_rows<S>(schema: SchemaRef, rows: S) -> Result<LogicalPlan, Status>
+where
+    S: Stream<Item = Result<RecordBatch, Status>> + Send + 'static,
+{
     let source = StreamingTable::try_new(
         Arc::clone(&schema),
         vec![Arc::new(OneStream::new(schema, rows))],
     )
     .map_err(|e| to_status(&e))?;
-    let scan = LogicalPlanBuilder::scan("copy_input", provider_as_source(Arc::new(source)), None)
+    LogicalPlanBuilder::scan("job_rows", provider_as_source(Arc::new(source)), None)
         .and_then(|b| b.build())
-        .map_err(|e| to_status(&e))?;
-    let plan = LogicalPlan::Copy(CopyTo {
-        input: Arc::new(scan),
-        ..copy
-    });
+        .map_err(|e| to_status(&e))
+}
+
+/// Runs a plan ending in a DataFusion sink here; returns the rows written.
+pub(super) async fn run_sink(session: &Session, plan: LogicalPlan) -> Result<u64, Status> {
     let answer = session
         .ctx()
         .execute_logical_plan(plan)
@@ -101,7 +113,7 @@ impl PartitionStream for OneStream {
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let taken = self.rows.lock().unwrap_or_else(|e| e.into_inner()).take();
         taken.unwrap_or_else(|| {
-            let error = DataFusionError::Internal("COPY input read twice".into());
+            let error = DataFusionError::Internal("a job's rows read twice".into());
             Box::pin(RecordBatchStreamAdapter::new(
                 Arc::clone(&self.schema),
                 futures::stream::once(async move { Err(error) }),

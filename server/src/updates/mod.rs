@@ -1,7 +1,7 @@
 //! Statements that change the catalog or a table's rows: `CREATE TABLE
 //! [AS SELECT]`, `INSERT INTO`, `CREATE EXTERNAL TABLE`, `CREATE VIEW`,
-//! `DROP TABLE`, `DROP VIEW`, `CREATE SCHEMA`, `DROP SCHEMA`, `COPY … TO`,
-//! and bulk ingest.
+//! `DROP TABLE`, `DROP VIEW`, `CREATE SCHEMA`, `DROP SCHEMA`, `UPDATE`,
+//! `DELETE`, `COPY … TO`, and bulk ingest.
 //!
 //! The rows a statement writes are computed by the same distributed
 //! execution as any query; the coordinator writes them into the table's
@@ -11,6 +11,7 @@
 
 pub mod copy;
 pub mod ingest;
+mod rewrite;
 mod schemas;
 pub mod write;
 
@@ -114,6 +115,9 @@ pub async fn run_update(
         }
         LogicalPlan::Ddl(DdlStatement::DropCatalogSchema(ref drop)) => {
             schemas::drop_schema(coord, session, drop, plan.clone()).await
+        }
+        LogicalPlan::Dml(dml) if matches!(dml.op, WriteOp::Update | WriteOp::Delete) => {
+            rewrite::update_or_delete(coord, session, dml).await
         }
         LogicalPlan::Dml(dml) => insert(coord, session, dml).await,
         LogicalPlan::Copy(copy) => copy::copy_to(coord, session, copy).await,
@@ -328,23 +332,42 @@ async fn insert(
             dml.op
         )));
     }
-    let location = match catalog(coord)?.get(&table_name.to_quoted_string()) {
-        Some(Entry::Managed { location, .. }) => location,
-        _ => {
-            return Err(Status::failed_precondition(format!(
-                "{} is not a table created through Squadron; INSERT INTO works on those",
-                dml.table_name
-            )))
-        }
-    };
+    let entry = catalog(coord)?.get(&table_name.to_quoted_string());
     let table = coord
         .session()
         .table_provider(table_name)
         .await
         .map_err(|e| to_status(&e))?;
     let input = coord.plan_logical(session, (*dml.input).clone()).await?;
-    let batches = run_query(coord, input).await?;
-    let (_, rows) = write::write_parquet(&location, table.schema(), batches).await?;
+    let rows = match entry {
+        Some(Entry::Managed { location, .. }) => {
+            let batches = run_query(coord, input).await?;
+            write::write_parquet(&location, table.schema(), batches)
+                .await?
+                .1
+        }
+        // An external table a client defined (its location was checked
+        // then): written by the table's own sink, as on single node —
+        // its format, options and partition columns.
+        Some(Entry::Defined { .. }) => {
+            let schema = input.schema.clone();
+            let batches = run_query(coord, input).await?;
+            let dml = DmlStatement::new(
+                dml.table_name,
+                dml.target,
+                dml.op,
+                Arc::new(copy::scan_of_rows(schema, batches)?),
+            );
+            copy::run_sink(session, LogicalPlan::Dml(dml)).await?
+        }
+        _ => {
+            return Err(Status::failed_precondition(format!(
+                "{} is not a table created through Squadron (CREATE TABLE, CREATE EXTERNAL \
+                 TABLE); INSERT INTO works on those",
+                dml.table_name
+            )))
+        }
+    };
     forget_listing(coord, table.as_ref());
     Ok(rows)
 }

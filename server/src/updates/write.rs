@@ -60,24 +60,37 @@ where
     let mut rows = 0u64;
     let mut batches = std::pin::pin!(batches);
     while let Some(batch) = batches.next().await {
-        let batch = batch?;
-        if batch.schema().fields() != schema.fields() {
-            let batch = batch.with_schema(schema.clone()).map_err(|e| {
-                Status::invalid_argument(format!("rows do not match the table's columns: {e}"))
-            })?;
-            rows += batch.num_rows() as u64;
-            writer.write(&batch).await
-        } else {
-            rows += batch.num_rows() as u64;
-            writer.write(&batch).await
-        }
-        .map_err(|e| io_error("writing Parquet", e))?;
+        let batch = as_table_rows(batch?, &schema)?;
+        rows += batch.num_rows() as u64;
+        writer
+            .write(&batch)
+            .await
+            .map_err(|e| io_error("writing Parquet", e))?;
     }
     writer
         .close()
         .await
         .map_err(|e| io_error("finishing Parquet", e))?;
     Ok(rows)
+}
+
+/// `batch` under the table's `schema`: its columns may be nullable where
+/// the table's are not (a computed value), as long as they hold no NULL.
+fn as_table_rows(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Status> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch);
+    }
+    for (i, (field, column)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+        if !field.is_nullable() && column.null_count() > 0 {
+            // DataFusion's words (clients and its tests match them).
+            return Err(Status::invalid_argument(format!(
+                "Execution error: Invalid batch column at '{i}' has null but schema specifies non-nullable"
+            )));
+        }
+    }
+    RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| {
+        Status::invalid_argument(format!("rows do not match the table's columns: {e}"))
+    })
 }
 
 #[cfg(test)]
