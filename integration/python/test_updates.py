@@ -262,6 +262,15 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             # Rewritten tables keep their new rows and their key.
             assert execute_update(cur, "UPDATE keyed SET v = 'z' WHERE id = 2") == 1
             assert execute_update(cur, "DELETE FROM kept WHERE k = 3") == 1
+            # A type Parquet cannot hold (an interval with nanoseconds) is
+            # kept (in Arrow IPC files); a dictionary is kept as its values,
+            # as in every table Squadron reads.
+            execute_update(
+                cur,
+                "CREATE TABLE spans AS SELECT interval '1 month 2 days' AS i, "
+                "arrow_cast('x', 'Dictionary(Int32, Utf8)') AS d",
+            )
+            assert execute_update(cur, "INSERT INTO spans VALUES (interval '3 hours', 'y')") == 1
             execute_update(cur, "CREATE TABLE gone AS SELECT 1 AS one")
             execute_update(cur, "DROP TABLE gone")
             # Quoted names stay one part with their case, now and after
@@ -284,6 +293,11 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
     server = start()
     try:
         with flightsql.connect(server.url) as conn, conn.cursor() as cur:
+            cur.execute("SELECT arrow_typeof(i), arrow_typeof(d), CAST(i AS VARCHAR), d FROM spans ORDER BY d")
+            assert cur.fetchall() == [
+                ("Interval(MonthDayNano)", "Utf8", "1 mons 2 days", "x"),
+                ("Interval(MonthDayNano)", "Utf8", "3 hours", "y"),
+            ]
             assert count(cur, "kept") == 2
             assert count(cur, "kept_big") == 1
             # The key is kept: v depends on it, so GROUP BY id may select v.

@@ -16,7 +16,7 @@ use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
-use super::tables::{TableFormat, TableSpec};
+use super::tables::TableSpec;
 
 /// One persisted catalog entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,7 +216,7 @@ pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status>
         } => TableSpec {
             name: name.clone(),
             location: location.to_string_lossy().to_string(),
-            format: Some(TableFormat::Parquet),
+            format: Some(crate::updates::write::format_in(location)),
         }
         .register_with_keys(ctx, constraints_of(keys))
         .await

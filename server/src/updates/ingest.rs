@@ -101,7 +101,7 @@ where
                     schema.fields().len()
                 )));
             }
-            let (_, rows) = write::write_parquet(&location, table.schema(), batches).await?;
+            let (_, rows) = write::write_rows(&location, table.schema(), batches).await?;
             forget_listing(coord, table.as_ref());
             Ok(rows)
         }

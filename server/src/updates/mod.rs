@@ -35,7 +35,7 @@ use tonic::Status;
 
 use crate::catalog::persisted::{constraints_of, keys_of, Entry, Key, PersistedCatalog};
 use crate::catalog::system::SYSTEM_SCHEMA;
-use crate::catalog::{TableFormat, TableSpec};
+use crate::catalog::TableSpec;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
 
@@ -71,7 +71,8 @@ pub async fn run_update(
                 }
             }
             let input = coord.plan_logical(session, (*create.input).clone()).await?;
-            let schema = input.schema.clone();
+            // The statement's own column types, not the ones clients see.
+            let schema = write::stored_schema(create.input.schema().as_arrow());
             let batches = run_query(coord, input).await?;
             let keys = keys_of(&create.constraints);
             create_table(coord, &name, create.temporary, schema, batches, keys).await
@@ -241,7 +242,8 @@ where
 {
     let catalog = catalog(coord)?;
     let dir = catalog.new_table_dir(name.table(), temporary);
-    let (_, rows) = write::write_parquet(&dir, schema, batches).await?;
+    let format = write::stored_format(&schema);
+    let (_, rows) = write::write_rows(&dir, schema, batches).await?;
     let ctx = coord.session();
     let replaced = catalog.get(&name.to_quoted_string());
     if exists(coord, name) {
@@ -253,7 +255,7 @@ where
     let spec = TableSpec {
         name: name.to_quoted_string(),
         location: dir.to_string_lossy().to_string(),
-        format: Some(TableFormat::Parquet),
+        format: Some(format),
     };
     if let Err(e) = spec.register_with_keys(ctx, constraints_of(&keys)).await {
         let _ = std::fs::remove_dir_all(&dir);
@@ -342,7 +344,7 @@ async fn insert(
     let rows = match entry {
         Some(Entry::Managed { location, .. }) => {
             let batches = run_query(coord, input).await?;
-            write::write_parquet(&location, table.schema(), batches)
+            write::write_rows(&location, table.schema(), batches)
                 .await?
                 .1
         }

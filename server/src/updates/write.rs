@@ -1,25 +1,103 @@
-//! Writing rows into a created table's directory as one Parquet file.
+//! Writing rows into a created table's directory as one file: Parquet,
+//! or Arrow IPC for a table with a column Parquet cannot hold.
 //!
 //! The file is written under a temporary name the table's listing ignores
 //! and renamed into place once complete, so a failed or interrupted write
 //! leaves no partial data in the table.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, IntervalUnit, Schema, SchemaRef};
+use datafusion::arrow::ipc::writer::FileWriter;
 use datafusion::parquet::arrow::AsyncArrowWriter;
 use futures::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
 use tonic::Status;
+
+use crate::catalog::TableFormat;
 
 fn io_error(what: &str, e: impl std::fmt::Display) -> Status {
     Status::internal(format!("{what}: {e}"))
 }
 
-/// Writes `batches` (all of `schema`) into a new file in `dir`; returns the
-/// file and the rows written. The file exists, empty of rows but carrying
-/// the schema, even when there are no batches.
-pub async fn write_parquet<S>(
+/// How a table of `schema` is kept: Parquet, unless a column has a type
+/// Parquet cannot hold (an interval with nanoseconds, a union); then Arrow
+/// IPC, which holds every Arrow type.
+pub fn stored_format(schema: &Schema) -> TableFormat {
+    if schema.fields().iter().all(|f| parquet_holds(f.data_type())) {
+        TableFormat::Parquet
+    } else {
+        TableFormat::Arrow
+    }
+}
+
+fn parquet_holds(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::Interval(IntervalUnit::MonthDayNano) | DataType::Union(..) => false,
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::Map(f, _) => parquet_holds(f.data_type()),
+        DataType::Struct(fields) => fields.iter().all(|f| parquet_holds(f.data_type())),
+        DataType::Dictionary(_, values) => parquet_holds(values),
+        DataType::RunEndEncoded(_, values) => parquet_holds(values.data_type()),
+        _ => true,
+    }
+}
+
+/// The format of the files a created table's `dir` holds.
+pub fn format_in(dir: &Path) -> TableFormat {
+    let arrow = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "arrow"));
+    if arrow {
+        TableFormat::Arrow
+    } else {
+        TableFormat::Parquet
+    }
+}
+
+/// The column types a table created from rows of `schema` keeps: the
+/// statement's own, except string and binary views and dictionaries, kept
+/// as `Utf8`/`Binary` and their values like every table Squadron reads
+/// (`catalog::tables`: the exchange's Flight encoding hydrates
+/// dictionaries, and view slices carry whole buffers).
+pub fn stored_schema(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new_with_metadata(
+        schema.fields().iter().map(stored_field).collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    ))
+}
+
+fn stored_field(field: &FieldRef) -> FieldRef {
+    Arc::new(Field::clone(field).with_data_type(stored_type(field.data_type())))
+}
+
+fn stored_type(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Utf8View => DataType::Utf8,
+        DataType::BinaryView => DataType::Binary,
+        DataType::Dictionary(_, values) => stored_type(values),
+        DataType::List(item) => DataType::List(stored_field(item)),
+        DataType::LargeList(item) => DataType::LargeList(stored_field(item)),
+        DataType::FixedSizeList(item, n) => DataType::FixedSizeList(stored_field(item), *n),
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(stored_field).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Writes `batches` into a new file in `dir`, as a table of `schema`
+/// (`stored_format`); returns the file and the rows written. The file
+/// exists, empty of rows but carrying the schema, even when there are no
+/// batches.
+pub async fn write_rows<S>(
     dir: &Path,
     schema: SchemaRef,
     batches: S,
@@ -30,7 +108,11 @@ where
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|e| io_error(&format!("creating {}", dir.display()), e))?;
-    let name = format!("part-{}.parquet", uuid::Uuid::new_v4().simple());
+    let extension = match stored_format(&schema) {
+        TableFormat::Arrow => "arrow",
+        _ => "parquet",
+    };
+    let name = format!("part-{}.{extension}", uuid::Uuid::new_v4().simple());
     let tmp = dir.join(format!(".{name}.tmp"));
     let result = write_file(&tmp, schema, batches).await;
     match result {
@@ -48,38 +130,99 @@ where
     }
 }
 
+/// One file being written.
+enum TableFile {
+    Parquet(AsyncArrowWriter<tokio::fs::File>),
+    /// Arrow IPC is encoded into a buffer that is moved to the file after
+    /// each batch (the IPC writer is synchronous).
+    Arrow(FileWriter<Vec<u8>>, tokio::fs::File),
+}
+
+impl TableFile {
+    async fn create(path: &Path, schema: &SchemaRef) -> Result<Self, Status> {
+        let file = tokio::fs::File::create(path)
+            .await
+            .map_err(|e| io_error(&format!("creating {}", path.display()), e))?;
+        Ok(match stored_format(schema) {
+            TableFormat::Arrow => Self::Arrow(
+                FileWriter::try_new(Vec::new(), schema)
+                    .map_err(|e| io_error("starting an Arrow file", e))?,
+                file,
+            ),
+            _ => Self::Parquet(
+                AsyncArrowWriter::try_new(file, schema.clone(), None)
+                    .map_err(|e| io_error("starting a Parquet file", e))?,
+            ),
+        })
+    }
+
+    async fn write(&mut self, batch: &RecordBatch) -> Result<(), Status> {
+        match self {
+            Self::Parquet(writer) => writer
+                .write(batch)
+                .await
+                .map_err(|e| io_error("writing Parquet", e)),
+            Self::Arrow(writer, file) => {
+                writer
+                    .write(batch)
+                    .map_err(|e| io_error("writing Arrow IPC", e))?;
+                drain(writer, file).await
+            }
+        }
+    }
+
+    async fn finish(self) -> Result<(), Status> {
+        match self {
+            Self::Parquet(writer) => writer
+                .close()
+                .await
+                .map(|_| ())
+                .map_err(|e| io_error("finishing Parquet", e)),
+            Self::Arrow(mut writer, mut file) => {
+                writer
+                    .finish()
+                    .map_err(|e| io_error("finishing Arrow IPC", e))?;
+                drain(&mut writer, &mut file).await?;
+                file.flush()
+                    .await
+                    .map_err(|e| io_error("finishing Arrow IPC", e))
+            }
+        }
+    }
+}
+
+async fn drain(writer: &mut FileWriter<Vec<u8>>, file: &mut tokio::fs::File) -> Result<(), Status> {
+    let bytes = std::mem::take(writer.get_mut());
+    file.write_all(&bytes)
+        .await
+        .map_err(|e| io_error("writing Arrow IPC", e))
+}
+
 async fn write_file<S>(path: &Path, schema: SchemaRef, batches: S) -> Result<u64, Status>
 where
     S: Stream<Item = Result<RecordBatch, Status>>,
 {
-    let file = tokio::fs::File::create(path)
-        .await
-        .map_err(|e| io_error(&format!("creating {}", path.display()), e))?;
-    let mut writer = AsyncArrowWriter::try_new(file, schema.clone(), None)
-        .map_err(|e| io_error("starting a Parquet file", e))?;
+    let mut file = TableFile::create(path, &schema).await?;
     let mut rows = 0u64;
     let mut batches = std::pin::pin!(batches);
     while let Some(batch) = batches.next().await {
         let batch = as_table_rows(batch?, &schema)?;
         rows += batch.num_rows() as u64;
-        writer
-            .write(&batch)
-            .await
-            .map_err(|e| io_error("writing Parquet", e))?;
+        file.write(&batch).await?;
     }
-    writer
-        .close()
-        .await
-        .map_err(|e| io_error("finishing Parquet", e))?;
+    file.finish().await?;
     Ok(rows)
 }
 
 /// `batch` under the table's `schema`: its columns may be nullable where
-/// the table's are not (a computed value), as long as they hold no NULL.
+/// the table's are not (a computed value), as long as they hold no NULL,
+/// and come as clients receive them (a dictionary hydrated, a view as a
+/// plain string), cast back to the table's types here.
 fn as_table_rows(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Status> {
     if batch.schema().fields() == schema.fields() {
         return Ok(batch);
     }
+    let mut columns = Vec::with_capacity(batch.num_columns());
     for (i, (field, column)) in schema.fields().iter().zip(batch.columns()).enumerate() {
         if !field.is_nullable() && column.null_count() > 0 {
             // DataFusion's words (clients and its tests match them).
@@ -87,8 +230,15 @@ fn as_table_rows(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, 
                 "Execution error: Invalid batch column at '{i}' has null but schema specifies non-nullable"
             )));
         }
+        if column.data_type() == field.data_type() {
+            columns.push(Arc::clone(column));
+        } else {
+            columns.push(cast(column, field.data_type()).map_err(|e| {
+                Status::invalid_argument(format!("rows do not match the table's columns: {e}"))
+            })?);
+        }
     }
-    RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| {
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| {
         Status::invalid_argument(format!("rows do not match the table's columns: {e}"))
     })
 }
@@ -109,7 +259,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let batch = RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from(vec![1, 2, 3]))])
             .unwrap();
-        let (path, rows) = write_parquet(
+        let (path, rows) = write_rows(
             dir.path(),
             schema(),
             futures::stream::iter(vec![Ok(batch.clone()), Ok(batch)]),
@@ -120,11 +270,40 @@ mod tests {
         assert!(path.exists());
 
         let failing = futures::stream::iter(vec![Err(Status::cancelled("client went away"))]);
-        let err = write_parquet(dir.path(), schema(), failing)
-            .await
-            .unwrap_err();
+        let err = write_rows(dir.path(), schema(), failing).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::Cancelled);
         let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(files.len(), 1, "only the first file remains");
+    }
+
+    #[tokio::test]
+    async fn a_type_parquet_cannot_hold_goes_to_arrow_ipc() {
+        use datafusion::arrow::array::IntervalMonthDayNanoArray;
+        use datafusion::arrow::datatypes::IntervalMonthDayNano;
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
+            "i",
+            DataType::Interval(IntervalUnit::MonthDayNano),
+            true,
+        )]));
+        assert_eq!(stored_format(&schema), TableFormat::Arrow);
+        assert_eq!(stored_format(&super::tests::schema()), TableFormat::Parquet);
+        let values = IntervalMonthDayNanoArray::from(vec![IntervalMonthDayNano::new(1, 2, 3)]);
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(values)]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (path, rows) = write_rows(
+            dir.path(),
+            schema,
+            futures::stream::iter(vec![Ok(batch.clone())]),
+        )
+        .await
+        .unwrap();
+        assert_eq!((rows, format_in(dir.path())), (1, TableFormat::Arrow));
+        let reader = datafusion::arrow::ipc::reader::FileReader::try_new(
+            std::fs::File::open(path).unwrap(),
+            None,
+        )
+        .unwrap();
+        let read: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        assert_eq!(read, vec![batch]);
     }
 }
