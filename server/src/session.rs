@@ -153,7 +153,10 @@ impl Session {
             };
             let information_schema =
                 options.catalog.information_schema && schema == "information_schema";
-            if found.schema(&schema).is_none() && !information_schema {
+            // The catalog may be set before the schema it will be used with
+            // (`SET …default_catalog = c; SET …default_schema = s`), so the
+            // schema is checked when it is the one being set.
+            if key == DEFAULT_SCHEMA && found.schema(&schema).is_none() && !information_schema {
                 return Err(Status::invalid_argument(format!(
                     "catalog {catalog:?} has no schema {schema:?}"
                 )));

@@ -34,10 +34,6 @@ const GAPS: &[(&str, &str)] = &[
         "SQL PREPARE/EXECUTE/DEALLOCATE: Squadron has Flight SQL prepared statements instead",
     ),
     (
-        "not supported yet: CreateCatalog",
-        "CREATE CATALOG is not supported yet (UNIMPLEMENTED): a catalog of its own would need persisting and naming rules",
-    ),
-    (
         "Physical plan does not support logical expression ScalarSubquery",
         "uncorrelated scalar subqueries outside SELECT and WHERE: the coordinator turns them into joins (so stages stay self-contained), which DataFusion does only there",
     ),

@@ -21,9 +21,9 @@ use tonic::Status;
 
 use crate::session::Session;
 
-/// `plan` with every table scan bound to the table of that name now.
-/// NOT_FOUND when a table is gone, FAILED_PRECONDITION when one now has
-/// other columns (the plan's column positions would not hold).
+/// `plan` with every table scan bound to the table of that name now;
+/// FAILED_PRECONDITION when one now has other columns (the plan's column
+/// positions would not hold).
 pub async fn with_current_tables(
     session: &Session,
     plan: LogicalPlan,
@@ -44,15 +44,12 @@ pub async fn with_current_tables(
         if now.contains_key(&name) {
             continue;
         }
-        let current = session
-            .ctx()
-            .table_provider(name.clone())
-            .await
-            .map_err(|_| {
-                Status::not_found(format!(
-                    "table '{name}' not found: it was dropped since the statement was prepared"
-                ))
-            })?;
+        // A name the catalog does not know — a table function's scan
+        // (`generate_series(…)`), or a table dropped since — keeps what the
+        // statement was prepared with, as single-node DataFusion's would.
+        let Ok(current) = session.ctx().table_provider(name.clone()).await else {
+            continue;
+        };
         if current.schema() != then.schema() {
             return Err(Status::failed_precondition(format!(
                 "table {name} has other columns than when the statement was prepared: \

@@ -1,7 +1,7 @@
 //! Statements that change the catalog or a table's rows: `CREATE TABLE
 //! [AS SELECT]`, `INSERT INTO`, `CREATE EXTERNAL TABLE`, `CREATE VIEW`,
-//! `DROP TABLE`, `DROP VIEW`, `CREATE SCHEMA`, `DROP SCHEMA`, `UPDATE`,
-//! `DELETE`, `COPY … TO`, and bulk ingest.
+//! `DROP TABLE`, `DROP VIEW`, `CREATE DATABASE`, `CREATE SCHEMA`,
+//! `DROP SCHEMA`, `UPDATE`, `DELETE`, `COPY … TO`, and bulk ingest.
 //!
 //! The rows a statement writes are computed by the same distributed
 //! execution as any query; the coordinator writes them into the table's
@@ -110,6 +110,9 @@ pub async fn run_update(
                 return missing("View", &drop.name, drop.if_exists);
             }
             drop_table(coord, &name).await
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateCatalog(ref create)) => {
+            schemas::create_catalog(coord, session, create, plan.clone()).await
         }
         LogicalPlan::Ddl(DdlStatement::CreateCatalogSchema(ref create)) => {
             schemas::create_schema(coord, session, create, plan.clone()).await

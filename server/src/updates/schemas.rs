@@ -1,10 +1,13 @@
-//! `CREATE SCHEMA` and `DROP SCHEMA`. DataFusion keeps schemas in the
-//! catalog every session shares; the persisted catalog records a schema's
-//! CREATE so it is there again after a restart, before the tables and
-//! views created in it (entries replay in the order they were made).
+//! `CREATE DATABASE` (a catalog), `CREATE SCHEMA` and `DROP SCHEMA`.
+//! DataFusion keeps catalogs and schemas in the catalog list every session
+//! shares; the persisted catalog records their CREATE so they are there
+//! again after a restart, before the schemas, tables and views created in
+//! them (entries replay in the order they were made).
 
 use datafusion::common::{SchemaReference, TableReference};
-use datafusion::logical_expr::{CreateCatalogSchema, DropCatalogSchema, LogicalPlan};
+use datafusion::logical_expr::{
+    CreateCatalog, CreateCatalogSchema, DropCatalogSchema, LogicalPlan,
+};
 use squadron_worker::error::to_status;
 use tonic::Status;
 
@@ -13,6 +16,34 @@ use crate::catalog::persisted::Entry;
 use crate::catalog::system::SYSTEM_SCHEMA;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
+
+/// A catalog held in memory like DataFusion's own (its tables are files
+/// like any created table's). There is no DROP DATABASE in DataFusion.
+pub async fn create_catalog(
+    coord: &Coordinator,
+    session: &Session,
+    create: &CreateCatalog,
+    plan: LogicalPlan,
+) -> Result<u64, Status> {
+    session
+        .ctx()
+        .execute_logical_plan(plan)
+        .await
+        .map_err(|e| to_status(&e))?;
+    let name = format!("catalog {}", quoted(&create.catalog_name));
+    if let Some(persisted) = coord.catalog().filter(|p| p.get(&name).is_none()) {
+        let sql = format!(
+            "CREATE DATABASE IF NOT EXISTS {}",
+            quoted(&create.catalog_name)
+        );
+        persisted.put(Entry::Defined {
+            name,
+            sql,
+            schema: None,
+        })?;
+    }
+    Ok(0)
+}
 
 pub async fn create_schema(
     coord: &Coordinator,
