@@ -71,8 +71,7 @@ pub async fn run_update(
                 }
             }
             let input = coord.plan_logical(session, (*create.input).clone()).await?;
-            // The statement's own column types, not the ones clients see.
-            let schema = write::stored_schema(create.input.schema().as_arrow());
+            let schema = input.schema.clone();
             let batches = run_query(coord, input).await?;
             let keys = keys_of(&create.constraints);
             create_table(coord, &name, create.temporary, schema, batches, keys).await

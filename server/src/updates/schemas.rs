@@ -31,18 +31,11 @@ pub async fn create_catalog(
         .await
         .map_err(|e| to_status(&e))?;
     let name = format!("catalog {}", quoted(&create.catalog_name));
-    if let Some(persisted) = coord.catalog().filter(|p| p.get(&name).is_none()) {
-        let sql = format!(
-            "CREATE DATABASE IF NOT EXISTS {}",
-            quoted(&create.catalog_name)
-        );
-        persisted.put(Entry::Defined {
-            name,
-            sql,
-            schema: None,
-        })?;
-    }
-    Ok(0)
+    let sql = format!(
+        "CREATE DATABASE IF NOT EXISTS {}",
+        quoted(&create.catalog_name)
+    );
+    record_once(coord, name, sql)
 }
 
 pub async fn create_schema(
@@ -62,15 +55,19 @@ pub async fn create_schema(
         .execute_logical_plan(plan)
         .await
         .map_err(|e| to_status(&e))?;
-    let name = entry_name(&catalog, &schema);
-    // Kept where it is if already recorded: it must replay before the
-    // tables made in it since.
+    let sql = format!(
+        "CREATE SCHEMA IF NOT EXISTS {}.{}",
+        quoted(&catalog),
+        quoted(&schema)
+    );
+    record_once(coord, entry_name(&catalog, &schema), sql)
+}
+
+/// Persists the statement creating a catalog or schema, unless recorded
+/// already: the entry keeps its place, to replay before the schemas and
+/// tables made in it since.
+fn record_once(coord: &Coordinator, name: String, sql: String) -> Result<u64, Status> {
     if let Some(persisted) = coord.catalog().filter(|p| p.get(&name).is_none()) {
-        let sql = format!(
-            "CREATE SCHEMA IF NOT EXISTS {}.{}",
-            quoted(&catalog),
-            quoted(&schema)
-        );
         persisted.put(Entry::Defined {
             name,
             sql,

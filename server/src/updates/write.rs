@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, IntervalUnit, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, IntervalUnit, Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::FileWriter;
 use datafusion::parquet::arrow::AsyncArrowWriter;
 use futures::{Stream, StreamExt};
@@ -61,35 +61,6 @@ pub fn format_in(dir: &Path) -> TableFormat {
         TableFormat::Arrow
     } else {
         TableFormat::Parquet
-    }
-}
-
-/// The column types a table created from rows of `schema` keeps: the
-/// statement's own, except string and binary views and dictionaries, kept
-/// as `Utf8`/`Binary` and their values like every table Squadron reads
-/// (`catalog::tables`: the exchange's Flight encoding hydrates
-/// dictionaries, and view slices carry whole buffers).
-pub fn stored_schema(schema: &Schema) -> SchemaRef {
-    Arc::new(Schema::new_with_metadata(
-        schema.fields().iter().map(stored_field).collect::<Vec<_>>(),
-        schema.metadata().clone(),
-    ))
-}
-
-fn stored_field(field: &FieldRef) -> FieldRef {
-    Arc::new(Field::clone(field).with_data_type(stored_type(field.data_type())))
-}
-
-fn stored_type(data_type: &DataType) -> DataType {
-    match data_type {
-        DataType::Utf8View => DataType::Utf8,
-        DataType::BinaryView => DataType::Binary,
-        DataType::Dictionary(_, values) => stored_type(values),
-        DataType::List(item) => DataType::List(stored_field(item)),
-        DataType::LargeList(item) => DataType::LargeList(stored_field(item)),
-        DataType::FixedSizeList(item, n) => DataType::FixedSizeList(stored_field(item), *n),
-        DataType::Struct(fields) => DataType::Struct(fields.iter().map(stored_field).collect()),
-        other => other.clone(),
     }
 }
 
