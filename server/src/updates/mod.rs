@@ -336,26 +336,35 @@ async fn insert(
             dml.op
         )));
     }
-    let entry = catalog(coord)?.get(&table_name.to_quoted_string());
+    // Created tables take the rows as a file of theirs; an external table
+    // a client defined (its location was checked then) by its own sink, as
+    // on single node: its format, options and partition columns.
+    let created = match catalog(coord)?.get(&table_name.to_quoted_string()) {
+        Some(Entry::Managed { location, .. }) => Some(location),
+        Some(Entry::Defined { .. }) => None,
+        _ => {
+            return Err(Status::failed_precondition(format!(
+                "{} is not a table created through Squadron (CREATE TABLE, CREATE EXTERNAL \
+                 TABLE); INSERT INTO works on those",
+                dml.table_name
+            )))
+        }
+    };
     let table = coord
         .session()
         .table_provider(table_name)
         .await
         .map_err(|e| to_status(&e))?;
     let input = coord.plan_logical(session, (*dml.input).clone()).await?;
-    let rows = match entry {
-        Some(Entry::Managed { location, .. }) => {
-            let batches = run_query(coord, input).await?;
+    let schema = input.schema.clone();
+    let batches = run_query(coord, input).await?;
+    let rows = match created {
+        Some(location) => {
             write::write_rows(&location, table.schema(), batches)
                 .await?
                 .1
         }
-        // An external table a client defined (its location was checked
-        // then): written by the table's own sink, as on single node —
-        // its format, options and partition columns.
-        Some(Entry::Defined { .. }) => {
-            let schema = input.schema.clone();
-            let batches = run_query(coord, input).await?;
+        None => {
             let dml = DmlStatement::new(
                 dml.table_name,
                 dml.target,
@@ -363,13 +372,6 @@ async fn insert(
                 Arc::new(copy::scan_of_rows(schema, batches)?),
             );
             copy::run_sink(session, LogicalPlan::Dml(dml)).await?
-        }
-        _ => {
-            return Err(Status::failed_precondition(format!(
-                "{} is not a table created through Squadron (CREATE TABLE, CREATE EXTERNAL \
-                 TABLE); INSERT INTO works on those",
-                dml.table_name
-            )))
         }
     };
     forget_listing(coord, table.as_ref());
