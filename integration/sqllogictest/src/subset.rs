@@ -68,6 +68,10 @@ const CI_FILES: &[&str] = &[
     "prepare.slt",
     "options.slt",
     "csv_files.slt",
+    "dml_update.slt",
+    "dml_delete.slt",
+    "create_external_table.slt",
+    "datetime/interval.slt",
     // types, expressions, sorting
     "type_coercion.slt",
     "cast_to_type.slt",
