@@ -60,7 +60,7 @@ impl TableFormat {
     }
 
     /// The extension files of this format have in a directory.
-    fn extension(self) -> &'static str {
+    pub(crate) fn extension(self) -> &'static str {
         match self {
             Self::Parquet | Self::Delta => ".parquet",
             Self::Csv => ".csv",

@@ -56,7 +56,11 @@ pub fn format_in(dir: &Path) -> TableFormat {
         .into_iter()
         .flatten()
         .flatten()
-        .any(|e| e.path().extension().is_some_and(|x| x == "arrow"));
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .ends_with(TableFormat::Arrow.extension())
+        });
     if arrow {
         TableFormat::Arrow
     } else {
@@ -79,11 +83,8 @@ where
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|e| io_error(&format!("creating {}", dir.display()), e))?;
-    let extension = match stored_format(&schema) {
-        TableFormat::Arrow => "arrow",
-        _ => "parquet",
-    };
-    let name = format!("part-{}.{extension}", uuid::Uuid::new_v4().simple());
+    let extension = stored_format(&schema).extension();
+    let name = format!("part-{}{extension}", uuid::Uuid::new_v4().simple());
     let tmp = dir.join(format!(".{name}.tmp"));
     let result = write_file(&tmp, schema, batches).await;
     match result {
