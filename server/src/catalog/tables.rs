@@ -176,7 +176,13 @@ impl TableSpec {
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
             .with_schema(Arc::new(schema));
-        let table = ListingTable::try_new(config)?.with_constraints(keys);
+        // Per-file statistics are read from the files' footers on every
+        // scan unless cached (as DataFusion's own CREATE EXTERNAL TABLE
+        // does); the cache checks each file's size and modification time.
+        let statistics = state.runtime_env().cache_manager.get_file_statistic_cache();
+        let table = ListingTable::try_new(config)?
+            .with_constraints(keys)
+            .with_cache(statistics);
         ctx.register_table(self.name.as_str(), Arc::new(table))?;
         Ok(())
     }

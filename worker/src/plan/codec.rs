@@ -122,5 +122,6 @@ pub fn decode_plan(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionP
         ctx,
         &SquadronCodec,
     )?;
-    super::wire::repaired(plan)
+    let plan = super::wire::repaired(plan)?;
+    super::plain_strings::read_plain_strings(plan, ctx)
 }

@@ -2,6 +2,7 @@
 
 pub mod codec;
 pub mod guard;
+mod plain_strings;
 pub mod stage_read;
 pub mod wire;
 

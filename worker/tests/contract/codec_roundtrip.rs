@@ -156,3 +156,93 @@ async fn ignore_nulls_windows_are_refused_not_changed() {
     .await;
     assert!(encode_plan(plan).is_ok());
 }
+
+/// tpchgen and DataFusion write Parquet files whose embedded Arrow schema
+/// says `Utf8View`; Squadron's tables read them as `Utf8`. The decoded scan
+/// reads the plain type directly (no views decoded, then cast) and keeps
+/// the rewritten footer in the worker's metadata cache.
+#[tokio::test]
+async fn files_embedding_views_are_read_as_plain_strings() {
+    use datafusion::arrow::array::{Array, AsArray, ListBuilder, StringViewBuilder};
+    use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
+    use parquet::arrow::parquet_to_arrow_schema;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("views.parquet");
+    let written = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("name", DataType::Utf8View, true),
+        Field::new_list(
+            "tags",
+            Field::new_list_field(DataType::Utf8View, true),
+            true,
+        ),
+    ]));
+    let mut names = StringViewBuilder::new();
+    let mut tags = ListBuilder::new(StringViewBuilder::new());
+    for k in 0..1000 {
+        names.append_option((k % 10 != 0).then(|| format!("customer number {k:05}")));
+        tags.values().append_value(format!("tag-{}", k % 3));
+        tags.append(true);
+    }
+    let batch = RecordBatch::try_new(
+        written.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..1000)),
+            Arc::new(names.finish()),
+            Arc::new(tags.finish()),
+        ],
+    )
+    .unwrap();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), written, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+
+    // Registered as Squadron registers tables: plain types.
+    let plain = Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new_list("tags", Field::new_list_field(DataType::Utf8, true), true),
+    ]);
+    let ctx = SessionContext::new();
+    ctx.register_parquet(
+        "t",
+        path.to_str().unwrap(),
+        ParquetReadOptions::default().schema(&plain),
+    )
+    .await
+    .unwrap();
+    let plan = physical_plan(&ctx, "SELECT k, name, tags FROM t").await;
+    let worker = SessionContext::new_with_config(task_session_config());
+    let decoded = decode_plan(&encode_plan(plan).unwrap(), &worker.task_ctx()).unwrap();
+    let read = datafusion::physical_plan::collect(decoded, worker.task_ctx())
+        .await
+        .unwrap();
+    let read = datafusion::arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
+    assert_eq!(read.num_rows(), 1000);
+    assert_eq!(read.schema().field(1).data_type(), &DataType::Utf8);
+    let names = read.column(1).as_string::<i32>();
+    assert_eq!(names.value(7), "customer number 00007");
+    assert!(names.is_null(10));
+    let tags = read.column(2).as_list::<i32>();
+    assert_eq!(tags.value(5).as_string::<i32>().value(0), "tag-2");
+
+    let cache = worker.runtime_env().cache_manager.get_file_metadata_cache();
+    let location = object_store::path::Path::from_filesystem_path(&path).unwrap();
+    let entry = cache.get(&location).expect("the footer is cached");
+    let footer = entry
+        .file_metadata
+        .as_any()
+        .downcast_ref::<CachedParquetMetaData>()
+        .unwrap()
+        .parquet_metadata()
+        .file_metadata()
+        .clone();
+    let hinted =
+        parquet_to_arrow_schema(footer.schema_descr(), footer.key_value_metadata()).unwrap();
+    assert_eq!(hinted.field(1).data_type(), &DataType::Utf8);
+    assert_eq!(
+        hinted.field(2).data_type(),
+        &DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+    );
+}

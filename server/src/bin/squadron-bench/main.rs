@@ -132,10 +132,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
 
     if wants("latency") {
-        println!("\n== latency (one client, round trip: GetFlightInfo + DoGet)");
+        println!(
+            "\n== latency (one client, round trip: GetFlightInfo + DoGet; \
+             in-process DataFusion interleaved)"
+        );
+        let local = datafusion::prelude::SessionContext::new();
+        for t in &tables {
+            t.register(&local).await?;
+        }
         let mut figures = vec![];
         for query in [ShortQuery::SelectOne, point] {
-            figures.push(micro::latency(&mut client, query, args.latency_runs).await?);
+            figures.push(
+                micro::latency(
+                    &mut client,
+                    &local,
+                    &cluster.pids(),
+                    query,
+                    args.latency_runs,
+                )
+                .await?,
+            );
         }
         results.insert("latency".into(), Value::Array(figures));
     }

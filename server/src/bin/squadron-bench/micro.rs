@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::prelude::SessionContext;
 use serde_json::{json, Value};
 
 use squadron_server::process_stats::cpu_seconds;
@@ -46,31 +47,73 @@ impl ShortQuery {
     }
 }
 
-/// Runs `query` `runs` times after a warm-up and reports p50/p99.
-pub async fn latency(client: &mut Client, query: ShortQuery, runs: usize) -> anyhow::Result<Value> {
+/// Runs `query` `runs` times after a warm-up, interleaved run by run with
+/// the same query on in-process single-node DataFusion (`local`), and
+/// reports both p50/p99 side by side with Squadron's CPU per query: on a
+/// VM whose speed drifts between runs, the ratio and the CPU time are the
+/// figures to compare across builds.
+pub async fn latency(
+    client: &mut Client,
+    local: &SessionContext,
+    pids: &[u32],
+    query: ShortQuery,
+    runs: usize,
+) -> anyhow::Result<Value> {
     for i in 0..20 {
         flight::collect(client, &query.sql(i)).await?;
+        local.sql(&query.sql(i)).await?.collect().await?;
     }
-    let mut times = Vec::with_capacity(runs);
+    let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
+    let (mut squadron, mut datafusion) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     for i in 0..runs as u64 {
         let start = Instant::now();
         let batches = flight::collect(client, &query.sql(i)).await?;
-        times.push(start.elapsed());
+        squadron.push(start.elapsed());
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         anyhow::ensure!(
             rows == query.expected_rows(),
             "{}: {rows} rows",
             query.name()
         );
+        let start = Instant::now();
+        local.sql(&query.sql(i)).await?.collect().await?;
+        datafusion.push(start.elapsed());
     }
-    let (p50, p99) = (percentile(times.clone(), 50.0), percentile(times, 99.0));
+    // The bench's own DataFusion runs are in this process, not in these.
+    let cpu_ms: Vec<f64> = pids
+        .iter()
+        .zip(&cpu_before)
+        .map(|(p, before)| (cpu_seconds(*p) - before) * 1000.0 / runs as f64)
+        .collect();
+    let (p50, p99) = (
+        percentile(squadron.clone(), 50.0),
+        percentile(squadron, 99.0),
+    );
+    let (df50, df99) = (
+        percentile(datafusion.clone(), 50.0),
+        percentile(datafusion, 99.0),
+    );
     println!(
-        "{:<28} p50 {:>8.3} ms   p99 {:>8.3} ms   ({runs} runs)",
+        "{:<14} p50 {:>7.3} ms  p99 {:>7.3} ms | DataFusion p50 {:>7.3} ms  p99 {:>7.3} ms | p50 ratio {:>5.2} | CPU ms/query: coordinator {:.2}, workers {:.2?}",
         query.name(),
         ms(p50),
-        ms(p99)
+        ms(p99),
+        ms(df50),
+        ms(df99),
+        p50.as_secs_f64() / df50.as_secs_f64(),
+        cpu_ms[0],
+        &cpu_ms[1..],
     );
-    Ok(json!({ "query": query.name(), "runs": runs, "p50_ms": ms(p50), "p99_ms": ms(p99) }))
+    Ok(json!({
+        "query": query.name(),
+        "runs": runs,
+        "p50_ms": ms(p50),
+        "p99_ms": ms(p99),
+        "datafusion_p50_ms": ms(df50),
+        "datafusion_p99_ms": ms(df99),
+        "cpu_ms_per_query_coordinator": cpu_ms[0],
+        "cpu_ms_per_query_workers": &cpu_ms[1..],
+    }))
 }
 
 /// Streams a whole table to the client, sampling every process's memory.
