@@ -152,6 +152,20 @@ def test_insert_into_external_tables_writes_their_format_and_partitions(conn, or
         execute_update(cur, f"DROP TABLE {t}")
 
 
+def test_a_copy_into_an_external_tables_directory_is_seen_by_its_next_query(conn, oracle, tmp_path):
+    t = fresh("dir")
+    where = tmp_path / t
+    nations = "SELECT n_nationkey AS k, n_name AS name FROM nation"
+    with conn.cursor() as cur:
+        execute_update(cur, f"COPY ({nations} WHERE n_nationkey < 10) TO '{where}/0.parquet' STORED AS PARQUET")
+        execute_update(cur, f"CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{where}/'")
+        assert count(cur, t) == 10  # the directory's listing is now cached
+        execute_update(cur, f"COPY ({nations} WHERE n_nationkey >= 10) TO '{where}/1.parquet' STORED AS PARQUET")
+        cur.execute(f"SELECT * FROM {t}")
+        assert_same(cur.fetch_arrow_table(), oracle.sql(nations).to_arrow_table(), ordered=False)
+        execute_update(cur, f"DROP TABLE {t}")
+
+
 def test_ddl_through_execute_takes_effect_without_a_fetch(conn):
     # ADBC's cursor.execute only describes the statement (GetFlightInfo);
     # it reads the answer (DoGet) only when fetched. DDL and DML must not

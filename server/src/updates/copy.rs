@@ -34,11 +34,14 @@ pub async fn copy_to(
     let input = coord.plan_logical(session, (*copy.input).clone()).await?;
     let schema = input.schema.clone();
     let rows = run_query(coord, input).await?;
+    let written = copy.output_url.clone();
     let plan = LogicalPlan::Copy(CopyTo {
         input: Arc::new(scan_of_rows(schema, rows)?),
         ..copy
     });
-    run_sink(session, plan).await
+    let rows = run_sink(session, plan).await?;
+    super::forget_listings_around(coord, &written);
+    Ok(rows)
 }
 
 /// A scan of a job's rows, to feed them to one of DataFusion's sinks.

@@ -24,7 +24,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
-use datafusion::datasource::listing::ListingTable;
+use datafusion::datasource::listing::{ListingTable, ListingTableUrl};
 use datafusion::datasource::TableType;
 use datafusion::execution::cache::TableScopedPath;
 use datafusion::logical_expr::dml::InsertOp;
@@ -393,6 +393,25 @@ pub fn forget_listing(coord: &Coordinator, table: &dyn TableProvider) {
             table: url.get_table_ref().clone(),
             path: url.prefix().clone(),
         });
+    }
+}
+
+/// Drops the cached file listings of every directory a COPY wrote into (a
+/// table over that directory lists it again and sees the new files), and
+/// of directories inside the written one.
+pub fn forget_listings_around(coord: &Coordinator, written: &str) {
+    let Ok(written) = ListingTableUrl::parse(written) else {
+        return;
+    };
+    let runtime = coord.session().runtime_env();
+    let Some(cache) = runtime.cache_manager.get_list_files_cache() else {
+        return;
+    };
+    let written = written.prefix();
+    for listed in cache.list_entries().into_keys() {
+        if written.prefix_matches(&listed.path) || listed.path.prefix_matches(written) {
+            cache.remove(&listed);
+        }
     }
 }
 
