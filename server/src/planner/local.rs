@@ -7,7 +7,8 @@
 //! `range`, which can be made arbitrarily large) goes to the workers.
 //!
 //! A recursive CTE over constants stays too: its work table holds only
-//! rows derived from them (and cannot be sent to a worker anyway).
+//! rows derived from them. One over a table goes to a worker, where it
+//! runs whole inside one task (its work table lives in one process).
 //!
 //! Catalog views (`information_schema`, hence `SHOW TABLES`, `SHOW
 //! COLUMNS`) are streams over the coordinator's catalog: only it has them,

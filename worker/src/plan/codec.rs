@@ -1,18 +1,26 @@
-//! The datafusion-proto extension codec for Squadron's own plan nodes.
+//! The datafusion-proto extension codec for the plan nodes it does not
+//! encode itself.
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::{internal_datafusion_err, internal_err, Result, ScalarValue};
 use datafusion::execution::TaskContext;
+use datafusion::physical_plan::recursive_query::RecursiveQueryExec;
+use datafusion::physical_plan::work_table::WorkTableExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use prost::Message;
-use squadron_proto::v1::{ConstantColumn, ReadMode, StageReadNode};
+use squadron_proto::v1::squadron_plan_node::Node;
+use squadron_proto::v1::{
+    ConstantColumn, ReadMode, RecursiveQueryNode, SquadronPlanNode, StageReadNode, WorkTableNode,
+};
 
 use super::stage_read::StageReadExec;
 
-/// Encodes and decodes `StageReadExec` placeholders inside stage plans.
+/// Encodes and decodes the nodes datafusion-proto leaves to extensions:
+/// `StageReadExec` placeholders, and a recursive query's two nodes (which
+/// then run inside one task: a work table lives in one process).
 #[derive(Debug, Default)]
 pub struct SquadronCodec;
 
@@ -24,35 +32,32 @@ impl PhysicalExtensionCodec for SquadronCodec {
         _ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if !inputs.is_empty() {
-            return internal_err!("StageReadExec has no inputs, got {}", inputs.len());
+        let node = SquadronPlanNode::decode(buf)
+            .map_err(|e| internal_datafusion_err!("bad SquadronPlanNode: {e}"))?;
+        match node.node {
+            Some(Node::StageRead(read)) => decode_stage_read(read, inputs),
+            Some(Node::RecursiveQuery(query)) => {
+                let [static_term, recursive_term] = inputs else {
+                    return internal_err!(
+                        "RecursiveQueryExec has two inputs, got {}",
+                        inputs.len()
+                    );
+                };
+                Ok(Arc::new(RecursiveQueryExec::try_new(
+                    query.name,
+                    decode_schema(&query.schema)?,
+                    Arc::clone(static_term),
+                    Arc::clone(recursive_term),
+                    query.is_distinct,
+                )?))
+            }
+            Some(Node::WorkTable(table)) => Ok(Arc::new(WorkTableExec::new(
+                table.name,
+                decode_schema(&table.schema)?,
+                None,
+            )?)),
+            None => internal_err!("empty SquadronPlanNode"),
         }
-        let node = StageReadNode::decode(buf)
-            .map_err(|e| internal_datafusion_err!("bad StageReadNode: {e}"))?;
-        let mode = ReadMode::try_from(node.mode)
-            .ok()
-            .filter(|m| *m != ReadMode::Unspecified)
-            .ok_or_else(|| internal_datafusion_err!("bad read mode {}", node.mode))?;
-        let schema = datafusion_proto::protobuf::Schema::decode(node.schema.as_slice())
-            .map_err(|e| internal_datafusion_err!("bad StageReadNode schema: {e}"))?;
-        let schema = Schema::try_from(&schema)?;
-        let read = StageReadExec::new(
-            node.stage_id,
-            mode,
-            node.partitions as usize,
-            Arc::new(schema),
-        );
-        let constants = node
-            .constants
-            .iter()
-            .map(|c| Ok((c.column as usize, decode_scalar(&c.value)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let hash_columns: Vec<usize> = node.hash_columns.iter().map(|c| *c as usize).collect();
-        Ok(Arc::new(
-            read.with_readers(node.readers)
-                .with_constants(&constants)?
-                .hashed_on(&hash_columns)?,
-        ))
     }
 
     fn try_encode(
@@ -61,31 +66,87 @@ impl PhysicalExtensionCodec for SquadronCodec {
         buf: &mut Vec<u8>,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        let Some(read) = node.downcast_ref::<StageReadExec>() else {
+        let node = if let Some(read) = node.downcast_ref::<StageReadExec>() {
+            Node::StageRead(encode_stage_read(read)?)
+        } else if let Some(query) = node.downcast_ref::<RecursiveQueryExec>() {
+            Node::RecursiveQuery(RecursiveQueryNode {
+                name: query.name().to_string(),
+                is_distinct: query.is_distinct(),
+                schema: encode_schema(&query.schema())?,
+            })
+        } else if let Some(table) = node.downcast_ref::<WorkTableExec>() {
+            Node::WorkTable(WorkTableNode {
+                name: table.name().to_string(),
+                schema: encode_schema(&table.schema())?,
+            })
+        } else {
             return internal_err!("cannot encode {} with the Squadron codec", node.name());
         };
-        let schema = datafusion_proto::protobuf::Schema::try_from(read.schema().as_ref())?;
-        StageReadNode {
-            stage_id: read.stage_id(),
-            mode: read.mode() as i32,
-            partitions: read.partitions() as u32,
-            schema: schema.encode_to_vec(),
-            readers: read.readers().to_vec(),
-            hash_columns: read.hash_columns().into_iter().map(|c| c as u32).collect(),
-            constants: read
-                .constants()
-                .into_iter()
-                .map(|(column, value)| {
-                    Ok(ConstantColumn {
-                        column: column as u32,
-                        value: encode_scalar(value.as_ref())?,
-                    })
-                })
-                .collect::<Result<_>>()?,
-        }
-        .encode(buf)
-        .map_err(|e| internal_datafusion_err!("encoding StageReadNode: {e}"))
+        SquadronPlanNode { node: Some(node) }
+            .encode(buf)
+            .map_err(|e| internal_datafusion_err!("encoding SquadronPlanNode: {e}"))
     }
+}
+
+fn decode_stage_read(
+    node: StageReadNode,
+    inputs: &[Arc<dyn ExecutionPlan>],
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if !inputs.is_empty() {
+        return internal_err!("StageReadExec has no inputs, got {}", inputs.len());
+    }
+    let mode = ReadMode::try_from(node.mode)
+        .ok()
+        .filter(|m| *m != ReadMode::Unspecified)
+        .ok_or_else(|| internal_datafusion_err!("bad read mode {}", node.mode))?;
+    let read = StageReadExec::new(
+        node.stage_id,
+        mode,
+        node.partitions as usize,
+        decode_schema(&node.schema)?,
+    );
+    let constants = node
+        .constants
+        .iter()
+        .map(|c| Ok((c.column as usize, decode_scalar(&c.value)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let hash_columns: Vec<usize> = node.hash_columns.iter().map(|c| *c as usize).collect();
+    Ok(Arc::new(
+        read.with_readers(node.readers)
+            .with_constants(&constants)?
+            .hashed_on(&hash_columns)?,
+    ))
+}
+
+fn encode_stage_read(read: &StageReadExec) -> Result<StageReadNode> {
+    Ok(StageReadNode {
+        stage_id: read.stage_id(),
+        mode: read.mode() as i32,
+        partitions: read.partitions() as u32,
+        schema: encode_schema(&read.schema())?,
+        readers: read.readers().to_vec(),
+        hash_columns: read.hash_columns().into_iter().map(|c| c as u32).collect(),
+        constants: read
+            .constants()
+            .into_iter()
+            .map(|(column, value)| {
+                Ok(ConstantColumn {
+                    column: column as u32,
+                    value: encode_scalar(value.as_ref())?,
+                })
+            })
+            .collect::<Result<_>>()?,
+    })
+}
+
+fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
+    Ok(datafusion_proto::protobuf::Schema::try_from(schema)?.encode_to_vec())
+}
+
+fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
+    let schema = datafusion_proto::protobuf::Schema::decode(bytes)
+        .map_err(|e| internal_datafusion_err!("bad schema in a Squadron plan node: {e}"))?;
+    Ok(Arc::new(Schema::try_from(&schema)?))
 }
 
 fn encode_scalar(value: Option<&ScalarValue>) -> Result<Vec<u8>> {

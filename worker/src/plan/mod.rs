@@ -3,6 +3,7 @@
 pub mod codec;
 pub mod guard;
 mod plain_strings;
+mod recursive;
 pub mod stage_read;
 pub mod wire;
 

@@ -9,6 +9,8 @@
 //! number of fields(0)"). Such a scan is sent unprojected, under an empty
 //! projection that keeps only the row counts.
 //!
+//! Projected work tables of recursive queries: see `recursive`.
+//!
 //! What cannot be avoided before encoding is repaired after decoding
 //! (`repaired`).
 
@@ -30,6 +32,7 @@ use datafusion::physical_plan::ExecutionPlan;
 /// or NotImplemented for what datafusion-proto would silently change.
 pub fn encodable(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     refuse_lossy_windows(&plan)?;
+    let plan = super::recursive::unprojected_work_tables(plan)?;
     plan.transform_up(|node| {
         let Some(scan) = node.downcast_ref::<LazyMemoryExec>() else {
             return Ok(Transformed::no(node));
