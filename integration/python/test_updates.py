@@ -166,6 +166,29 @@ def test_a_copy_into_an_external_tables_directory_is_seen_by_its_next_query(conn
         execute_update(cur, f"DROP TABLE {t}")
 
 
+def test_created_float_columns_keep_nan_beside_one_other_value(conn, oracle):
+    # Parquet's min/max leave NaN out: min == max made the reader answer
+    # the one other value for every row.
+    t = fresh("nan")
+    create = (
+        f"CREATE TABLE {t} (x DOUBLE, y DOUBLE) AS VALUES "
+        "(arrow_cast('NAN', 'Float64'), 2.0), (3.0, '+Inf'::DOUBLE), (3.0, arrow_cast('NAN', 'Float64'))"
+    )
+    query = f"SELECT x, y, greatest(x, y) AS g FROM {t}"
+    with conn.cursor() as cur:
+        execute_update(cur, create)
+        cur.execute(query)
+        actual = cur.fetch_arrow_table()
+        execute_update(cur, f"DROP TABLE {t}")
+    oracle.sql(create).collect()
+    expected = oracle.sql(query).to_arrow_table()
+    oracle.sql(f"DROP TABLE {t}").collect()
+    # NaN != NaN: compare the text of each row.
+    text = lambda table: sorted(str(row) for row in zip(*(c.to_pylist() for c in table.columns)))
+    assert text(actual) == text(expected)
+    assert "nan" in str(text(actual))
+
+
 def test_ddl_through_execute_takes_effect_without_a_fetch(conn):
     # ADBC's cursor.execute only describes the statement (GetFlightInfo);
     # it reads the answer (DoGet) only when fetched. DDL and DML must not

@@ -184,5 +184,5 @@ pub fn decode_plan(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionP
         &SquadronCodec,
     )?;
     let plan = super::wire::repaired(plan)?;
-    super::plain_strings::read_plain_strings(plan, ctx)
+    super::plain_strings::prepare_parquet_scans(plan, ctx)
 }

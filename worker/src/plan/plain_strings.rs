@@ -45,8 +45,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use object_store::ObjectMeta;
 
-/// `plan` with every Parquet scan reading through [`PlainStringsReaderFactory`].
-pub fn read_plain_strings(
+/// `plan` with every Parquet scan reading through [`PlainStringsReaderFactory`]
+/// (and its files' float statistics made bounds: see `float_bounds`).
+pub fn prepare_parquet_scans(
     plan: Arc<dyn ExecutionPlan>,
     ctx: &TaskContext,
 ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -69,8 +70,10 @@ pub fn read_plain_strings(
         let source = parquet
             .clone()
             .with_parquet_file_reader_factory(Arc::new(factory));
+        let groups = super::float_bounds::inexact_float_bounds(config.file_groups.clone());
         let config = FileScanConfigBuilder::from(config.clone())
             .with_source(Arc::new(source))
+            .with_file_groups(groups)
             .build();
         Ok(Transformed::yes(
             DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
