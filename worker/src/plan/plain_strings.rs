@@ -70,10 +70,11 @@ pub fn prepare_parquet_scans(
         let source = parquet
             .clone()
             .with_parquet_file_reader_factory(Arc::new(factory));
-        let groups = super::float_bounds::inexact_float_bounds(config.file_groups.clone());
-        let config = FileScanConfigBuilder::from(config.clone())
+        let mut config = config.clone();
+        config.file_groups =
+            super::float_bounds::inexact_float_bounds(std::mem::take(&mut config.file_groups));
+        let config = FileScanConfigBuilder::from(config)
             .with_source(Arc::new(source))
-            .with_file_groups(groups)
             .build();
         Ok(Transformed::yes(
             DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
