@@ -38,6 +38,7 @@ impl FileResult {
     pub fn regressions(&self) -> Vec<Regression> {
         let mut found = vec![];
         for (mode, outcomes) in &self.squadron {
+            let not_created = tables_not_created(outcomes);
             for (location, outcome) in &self.baseline {
                 if *outcome != Outcome::Passed {
                     continue;
@@ -48,16 +49,72 @@ impl FileResult {
                     Some(Outcome::Skipped(reason)) => reason.to_string(),
                     None => "not run (an earlier statement stopped the file)".into(),
                 };
+                let gap = known_gap(&difference).or_else(|| {
+                    not_created
+                        .iter()
+                        .any(|table| names_missing_table(&difference, table))
+                        .then_some(FOLLOWS_A_GAP)
+                });
                 found.push(Regression {
                     mode,
                     location: location.clone(),
-                    gap: known_gap(&difference),
+                    gap,
                     difference,
                 });
             }
         }
         found
     }
+}
+
+const FOLLOWS_A_GAP: &str =
+    "reads a table whose CREATE is a known gap, so the table does not exist";
+
+/// Tables (lower case) whose `CREATE TABLE` failed as a known gap: the
+/// statements that use them fail for that one reason.
+fn tables_not_created(outcomes: &Outcomes) -> Vec<String> {
+    outcomes
+        .values()
+        .filter_map(|outcome| match outcome {
+            Outcome::Failed(difference) if known_gap(difference).is_some() => {
+                created_table(difference)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The table a failed statement's `[SQL] CREATE TABLE name …` creates.
+fn created_table(difference: &str) -> Option<String> {
+    let sql = difference.split("[SQL] ").nth(1)?.to_ascii_lowercase();
+    let mut words = sql.split_whitespace();
+    if words.next()? != "create" {
+        return None;
+    }
+    let mut word = words.next()?;
+    if word == "or" {
+        words.next()?; // replace
+        word = words.next()?;
+    }
+    if word != "table" {
+        return None;
+    }
+    let mut name = words.next()?;
+    if name == "if" {
+        words.next()?; // not
+        words.next()?; // exists
+        name = words.next()?;
+    }
+    let name = name.split('(').next()?.trim_matches('"');
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// Whether `difference` is DataFusion's "no such table" naming `table`.
+fn names_missing_table(difference: &str, table: &str) -> bool {
+    let lower = difference.to_ascii_lowercase();
+    let not_found = format!(".{table}' not found");
+    let missing = format!("table '{table}' doesn't exist");
+    lower.contains(&not_found) || lower.contains(&missing)
 }
 
 fn compared(outcomes: &Outcomes) -> usize {
@@ -153,4 +210,31 @@ pub fn table(results: &[FileResult], modes: &[&'static str]) -> String {
         let _ = writeln!(out, " {first} |");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_on_a_table_a_known_gap_left_uncreated_follow_that_gap() {
+        let create = "statement failed: DataFusion error: column d (Dictionary(Int32, \
+                      Dictionary(UInt32, Utf8))): a dictionary of dictionaries cannot be stored \
+                      in a table's files ⏎ [SQL] CREATE TABLE IF NOT EXISTS Dict_T AS ⏎ SELECT 1";
+        let other_create = "statement failed: boom ⏎ [SQL] CREATE TABLE other AS SELECT 1";
+        let outcomes: Outcomes = [
+            ("f.slt:1".to_string(), Outcome::Failed(create.into())),
+            ("f.slt:2".to_string(), Outcome::Failed(other_create.into())),
+        ]
+        .into();
+        assert_eq!(tables_not_created(&outcomes), vec!["dict_t".to_string()]);
+        let select = "query failed: DataFusion error: Error during planning: table \
+                      'datafusion.public.dict_t' not found ⏎ [SQL] SELECT * FROM dict_t";
+        let drop = "statement failed: DataFusion error: Execution error: Table 'dict_t' \
+                    doesn't exist. ⏎ [SQL] DROP TABLE dict_t";
+        assert!(names_missing_table(select, "dict_t"));
+        assert!(names_missing_table(drop, "dict_t"));
+        assert!(!names_missing_table(select, "t"));
+        assert!(!names_missing_table("query result mismatch", "dict_t"));
+    }
 }
