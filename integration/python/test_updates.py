@@ -166,6 +166,31 @@ def test_a_copy_into_an_external_tables_directory_is_seen_by_its_next_query(conn
         execute_update(cur, f"DROP TABLE {t}")
 
 
+def test_copy_writes_dictionaries_and_views_as_they_were_computed(conn, oracle, tmp_path):
+    # The rows reach the coordinator with dictionaries decoded; the file
+    # must still hold what the schema says (a dictionary written with
+    # plain values read back as garbage).
+    where = tmp_path / "dict.arrow"
+    rows = (
+        "SELECT column1 AS k, arrow_cast(column2, 'Dictionary(Int32, Utf8)') AS d, "
+        "arrow_cast(column2, 'Utf8View') AS v FROM (VALUES ('c', 'foo'), ('d', 'bar'), ('e', NULL))"
+    )
+    t = fresh("copied")
+    query = f"SELECT k, d, v, arrow_typeof(d) AS dt, arrow_typeof(v) AS vt FROM {t} ORDER BY k"
+    with conn.cursor() as cur:
+        assert execute_update(cur, f"COPY ({rows}) TO '{where}' STORED AS ARROW") == 3
+        execute_update(cur, f"CREATE EXTERNAL TABLE {t} STORED AS ARROW LOCATION '{where}'")
+        cur.execute(query)
+        actual = cur.fetch_arrow_table()
+        execute_update(cur, f"DROP TABLE {t}")
+    oracle.sql(f"CREATE EXTERNAL TABLE {t} STORED AS ARROW LOCATION '{where}'").collect()
+    expected = oracle.sql(query).to_arrow_table()
+    oracle.sql(f"DROP TABLE {t}").collect()
+    assert_same(actual, expected, ordered=True)
+    assert actual.column("d").to_pylist() == ["foo", "bar", None]
+    assert actual.column("dt").to_pylist()[0] == "Dictionary(Int32, Utf8)"
+
+
 def test_created_float_columns_keep_nan_beside_one_other_value(conn, oracle):
     # Parquet's min/max leave NaN out: min == max made the reader answer
     # the one other value for every row.
@@ -187,6 +212,57 @@ def test_created_float_columns_keep_nan_beside_one_other_value(conn, oracle):
     text = lambda table: sorted(str(row) for row in zip(*(c.to_pylist() for c in table.columns)))
     assert text(actual) == text(expected)
     assert "nan" in str(text(actual))
+
+
+def test_created_tables_keep_the_types_they_were_created_with(conn, oracle):
+    # As single-node DataFusion's tables do: VARCHAR is a string view, a
+    # dictionary stays one, also after INSERT and UPDATE rewrite the files.
+    # Clients still receive plain strings.
+    t = fresh("typed")
+    statements = [
+        f"CREATE TABLE {t}_src (id INT, name VARCHAR) AS VALUES (1, 'a'), (2, NULL)",
+        f"CREATE TABLE {t} AS SELECT id, name, arrow_cast(name, 'Dictionary(Int32, Utf8)') AS tag, "
+        f"named_struct('r', name) AS s FROM {t}_src",
+        f"INSERT INTO {t} VALUES (3, 'c', 'y', named_struct('r', 'c'))",
+        f"UPDATE {t} SET name = 'z' WHERE id = 1",
+        f"DROP TABLE {t}_src",
+    ]
+    query = (
+        f"SELECT id, name, tag, s['r'] AS r, arrow_typeof(name) AS name_type, "
+        f"arrow_typeof(tag) AS tag_type, arrow_typeof(s) AS s_type FROM {t} ORDER BY id"
+    )
+    with conn.cursor() as cur:
+        for sql in statements:
+            execute_update(cur, sql)
+            oracle.sql(sql).collect()
+        cur.execute(query)
+        actual = cur.fetch_arrow_table()
+        execute_update(cur, f"DROP TABLE {t}")
+    expected = oracle.sql(query).to_arrow_table()
+    oracle.sql(f"DROP TABLE {t}").collect()
+    assert_same(actual, expected, ordered=True)
+    assert actual.column("name_type").to_pylist()[0] == "Utf8View"
+    assert actual.column("tag_type").to_pylist()[0] == "Dictionary(Int32, Utf8)"
+    assert actual.schema.field("name").type == pa.string()
+    assert actual.schema.field("tag").type == pa.string()
+
+
+def test_a_column_with_one_value_in_its_file_is_still_the_column(conn, oracle):
+    # Parquet statistics say min == max (or all NULL): DataFusion's reader
+    # put a literal in the column's place, whose field is not the column's.
+    t = fresh("one")
+    create = f"CREATE TABLE {t} (x INT NOT NULL, y VARCHAR) AS VALUES (1, NULL)"
+    query = f"SELECT arrow_field(x)['name'] AS xn, arrow_field(y)['name'] AS yn, x, y FROM {t}"
+    with conn.cursor() as cur:
+        execute_update(cur, create)
+        cur.execute(query)
+        actual = cur.fetch_arrow_table()
+        execute_update(cur, f"DROP TABLE {t}")
+    oracle.sql(create).collect()
+    expected = oracle.sql(query).to_arrow_table()
+    oracle.sql(f"DROP TABLE {t}").collect()
+    assert_same(actual, expected, ordered=True)
+    assert actual.column("xn").to_pylist() == ["x"]
 
 
 def test_ddl_through_execute_takes_effect_without_a_fetch(conn):
@@ -303,8 +379,7 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             assert execute_update(cur, "UPDATE keyed SET v = 'z' WHERE id = 2") == 1
             assert execute_update(cur, "DELETE FROM kept WHERE k = 3") == 1
             # A type Parquet cannot hold (an interval with nanoseconds) is
-            # kept (in Arrow IPC files); a dictionary is kept as its values,
-            # as in every table Squadron reads.
+            # kept (in Arrow IPC files), and so is a dictionary.
             execute_update(
                 cur,
                 "CREATE TABLE spans AS SELECT interval '1 month 2 days' AS i, "
@@ -339,8 +414,8 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
         with flightsql.connect(server.url) as conn, conn.cursor() as cur:
             cur.execute("SELECT arrow_typeof(i), arrow_typeof(d), CAST(i AS VARCHAR), d FROM spans ORDER BY d")
             assert cur.fetchall() == [
-                ("Interval(MonthDayNano)", "Utf8", "1 mons 2 days", "x"),
-                ("Interval(MonthDayNano)", "Utf8", "3 hours", "y"),
+                ("Interval(MonthDayNano)", "Dictionary(Int32, Utf8)", "1 mons 2 days", "x"),
+                ("Interval(MonthDayNano)", "Dictionary(Int32, Utf8)", "3 hours", "y"),
             ]
             assert count(cur, "kept") == 2
             assert count(cur, "kept_big") == 1

@@ -289,6 +289,28 @@ impl Coordinator {
         session: &Arc<Session>,
         logical: LogicalPlan,
     ) -> Result<PlannedQuery, Status> {
+        self.plan_logical_for(session, logical, Reader::Client)
+            .await
+    }
+
+    /// Plans the input of a statement that writes rows (CREATE TABLE AS,
+    /// INSERT, COPY, UPDATE's rewrite): its rows keep DataFusion's types
+    /// (string views, dictionaries), which the written files record.
+    pub async fn plan_for_writing(
+        &self,
+        session: &Arc<Session>,
+        logical: LogicalPlan,
+    ) -> Result<PlannedQuery, Status> {
+        self.plan_logical_for(session, logical, Reader::Writer)
+            .await
+    }
+
+    async fn plan_logical_for(
+        &self,
+        session: &Arc<Session>,
+        logical: LogicalPlan,
+        reader: Reader,
+    ) -> Result<PlannedQuery, Status> {
         let parameters = parameter_names(&logical)?;
         if !parameters.is_empty() {
             return Err(Status::invalid_argument(format!(
@@ -297,7 +319,7 @@ impl Coordinator {
             )));
         }
         let started = Instant::now();
-        let planned = self.plan_physical(session, logical).await;
+        let planned = self.plan_physical(session, logical, reader).await;
         metrics::histogram!(crate::metrics::PLANNING_SECONDS)
             .record(started.elapsed().as_secs_f64());
         planned
@@ -307,6 +329,7 @@ impl Coordinator {
         &self,
         session: &Arc<Session>,
         logical: LogicalPlan,
+        reader: Reader,
     ) -> Result<PlannedQuery, Status> {
         let state = session.ctx().state();
         let settings = session.changed_settings();
@@ -362,7 +385,10 @@ impl Coordinator {
                 let plan = state
                     .create_physical_plan(&logical)
                     .await
-                    .and_then(for_clients)
+                    .and_then(|plan| match reader {
+                        Reader::Client => for_clients(plan),
+                        Reader::Writer => Ok(plan),
+                    })
                     .map_err(|e| to_status(&e))?;
                 tracing::trace!("physical plan ready");
                 let schema = plan.schema();
@@ -577,4 +603,14 @@ fn remember(
         history.pop_front();
     }
     history.push_back(record);
+}
+
+/// Who reads a planned query's rows.
+#[derive(Debug, Clone, Copy)]
+enum Reader {
+    /// A client: columns arrive in the types clients read
+    /// (`planner::client_types`).
+    Client,
+    /// Squadron itself, writing them into a table's files.
+    Writer,
 }

@@ -28,7 +28,7 @@ pub enum Entry {
         name: String,
         location: PathBuf,
         /// The keys its `CREATE TABLE` declared (see
-        /// `TableSpec::register_with_keys`).
+        /// `TableSpec::register_created`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         keys: Vec<Key>,
     },
@@ -218,7 +218,7 @@ pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status>
             location: location.to_string_lossy().to_string(),
             format: Some(crate::updates::write::format_in(location)),
         }
-        .register_with_keys(ctx, constraints_of(keys))
+        .register_created(ctx, constraints_of(keys))
         .await
         .map_err(internal),
         Entry::Defined { sql, schema, .. } => {

@@ -90,6 +90,18 @@ impl TableFormat {
     }
 }
 
+/// The column types a table is registered with.
+#[derive(Debug, Clone, Copy)]
+enum ColumnTypes {
+    /// Files found where clusters keep them: their string views and
+    /// dictionaries read as the plain types clients receive (views ship
+    /// badly across processes; see the coordinator's session config).
+    ForClients,
+    /// A table Squadron wrote: the types of its CREATE, as DataFusion's
+    /// own tables keep them.
+    AsWritten,
+}
+
 /// One `--table` argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSpec {
@@ -134,15 +146,26 @@ impl FromStr for TableSpec {
 impl TableSpec {
     /// Registers the table; workers read the same location.
     pub async fn register(&self, ctx: &SessionContext) -> Result<()> {
-        self.register_with_keys(ctx, Constraints::default()).await
+        self.register_as(ctx, Constraints::default(), ColumnTypes::ForClients)
+            .await
     }
 
-    /// Registers the table with the keys its `CREATE TABLE` declared:
+    /// Registers a table `CREATE TABLE` made, with the keys it declared:
     /// DataFusion plans with them (functional dependencies let `GROUP BY
     /// key` select other columns; a correlated subquery on a key returns
     /// at most one row). Like DataFusion's own tables, nothing enforces
-    /// them.
-    pub async fn register_with_keys(&self, ctx: &SessionContext, keys: Constraints) -> Result<()> {
+    /// them. Its columns keep the types it was created with (the files
+    /// embed them), as a table created in DataFusion does.
+    pub async fn register_created(&self, ctx: &SessionContext, keys: Constraints) -> Result<()> {
+        self.register_as(ctx, keys, ColumnTypes::AsWritten).await
+    }
+
+    async fn register_as(
+        &self,
+        ctx: &SessionContext,
+        keys: Constraints,
+        types: ColumnTypes,
+    ) -> Result<()> {
         let url = ListingTableUrl::parse(self.absolute_location()?)?;
         let format = match self.format {
             Some(format) => format,
@@ -172,7 +195,10 @@ impl TableSpec {
                 .collect(),
         );
         let inferred = options.infer_schema(&state, &url).await?;
-        let schema = client_schema(inferred.as_ref());
+        let schema = match types {
+            ColumnTypes::ForClients => client_schema(inferred.as_ref()),
+            ColumnTypes::AsWritten => inferred.as_ref().clone(),
+        };
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
             .with_schema(Arc::new(schema));

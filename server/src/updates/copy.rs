@@ -31,7 +31,9 @@ pub async fn copy_to(
     copy: CopyTo,
 ) -> Result<u64, Status> {
     coord.check_copy_location(&copy.output_url)?;
-    let input = coord.plan_logical(session, (*copy.input).clone()).await?;
+    let input = coord
+        .plan_for_writing(session, (*copy.input).clone())
+        .await?;
     let schema = input.schema.clone();
     let rows = run_query(coord, input).await?;
     let written = copy.output_url.clone();

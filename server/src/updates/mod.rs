@@ -21,6 +21,7 @@ use std::sync::Arc;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
@@ -70,7 +71,9 @@ pub async fn run_update(
                     return Err(already_exists(&create.name));
                 }
             }
-            let input = coord.plan_logical(session, (*create.input).clone()).await?;
+            let input = coord
+                .plan_for_writing(session, (*create.input).clone())
+                .await?;
             let schema = input.schema.clone();
             let batches = run_query(coord, input).await?;
             let keys = keys_of(&create.constraints);
@@ -222,11 +225,35 @@ async fn run_query(
     query: crate::coordinator::PlannedQuery,
 ) -> Result<impl Stream<Item = Result<RecordBatch, Status>>, Status> {
     let job_id = uuid::Uuid::new_v4().to_string();
+    let schema = Arc::clone(&query.schema);
     let stream = coord.execute(&job_id, query).await?;
     Ok(
         FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
-            .map_err(Status::from),
+            .map_err(Status::from)
+            .and_then(move |batch| std::future::ready(as_planned(batch, &schema))),
     )
+}
+
+/// A decoded batch in the planned schema: Flight streams carry
+/// dictionaries hydrated, and the sinks that write these rows (DataFusion's
+/// for COPY) take the batch's columns to be of the schema they were given.
+fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Status> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch);
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(
+            |(field, column)| match column.data_type() == field.data_type() {
+                true => Ok(Arc::clone(column)),
+                false => cast(column, field.data_type()),
+            },
+        )
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|columns| RecordBatch::try_new(Arc::clone(schema), columns));
+    columns.map_err(|e| Status::internal(format!("rows of the planned query: {e}")))
 }
 
 /// Writes `batches` as a new table `name` (replacing one of that name)
@@ -259,7 +286,7 @@ where
         location: dir.to_string_lossy().to_string(),
         format: Some(format),
     };
-    if let Err(e) = spec.register_with_keys(ctx, constraints_of(&keys)).await {
+    if let Err(e) = spec.register_created(ctx, constraints_of(&keys)).await {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(to_status(&e));
     }
@@ -355,7 +382,9 @@ async fn insert(
         .table_provider(table_name)
         .await
         .map_err(|e| to_status(&e))?;
-    let input = coord.plan_logical(session, (*dml.input).clone()).await?;
+    let input = coord
+        .plan_for_writing(session, (*dml.input).clone())
+        .await?;
     let schema = input.schema.clone();
     let batches = run_query(coord, input).await?;
     let rows = match created {

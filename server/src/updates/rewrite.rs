@@ -55,7 +55,7 @@ pub async fn update_or_delete(
     };
     let statement = Statement::of(&dml.input, delete)?;
     let query = statement.rewrite_query(delete)?;
-    let planned = coord.plan_logical(session, query).await?;
+    let planned = coord.plan_for_writing(session, query).await?;
     let changed = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&changed);
     let rows = run_query(coord, planned).await?.and_then(move |batch| {

@@ -50,6 +50,36 @@ fn parquet_holds(data_type: &DataType) -> bool {
     }
 }
 
+/// Refuses a column no file format holds: a dictionary whose values are
+/// dictionaries (neither Parquet nor Arrow IPC encodes one).
+fn check_storable(schema: &Schema) -> Result<(), Status> {
+    fn nested_dictionary(data_type: &DataType) -> bool {
+        match data_type {
+            DataType::Dictionary(_, values) => {
+                matches!(**values, DataType::Dictionary(..)) || nested_dictionary(values)
+            }
+            DataType::List(f)
+            | DataType::LargeList(f)
+            | DataType::FixedSizeList(f, _)
+            | DataType::Map(f, _) => nested_dictionary(f.data_type()),
+            DataType::Struct(fields) => fields.iter().any(|f| nested_dictionary(f.data_type())),
+            _ => false,
+        }
+    }
+    match schema
+        .fields()
+        .iter()
+        .find(|f| nested_dictionary(f.data_type()))
+    {
+        Some(field) => Err(Status::unimplemented(format!(
+            "column {} ({}): a dictionary of dictionaries cannot be stored in a table's files",
+            field.name(),
+            field.data_type()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The format of the files a created table's `dir` holds.
 pub fn format_in(dir: &Path) -> TableFormat {
     let arrow = std::fs::read_dir(dir)
@@ -80,6 +110,7 @@ pub async fn write_rows<S>(
 where
     S: Stream<Item = Result<RecordBatch, Status>>,
 {
+    check_storable(&schema)?;
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|e| io_error(&format!("creating {}", dir.display()), e))?;
@@ -246,6 +277,22 @@ mod tests {
         assert_eq!(err.code(), tonic::Code::Cancelled);
         let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(files.len(), 1, "only the first file remains");
+    }
+
+    #[tokio::test]
+    async fn a_dictionary_of_dictionaries_is_refused_before_anything_is_written() {
+        let utf8 = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let nested = DataType::Dictionary(Box::new(DataType::Int32), Box::new(utf8.clone()));
+        assert!(check_storable(&Schema::new(vec![Field::new("d", utf8, true)])).is_ok());
+        let schema = Arc::new(Schema::new(vec![Field::new("n", nested, true)]));
+        let dir = tempfile::tempdir().unwrap();
+        let table = dir.path().join("t");
+        let err = write_rows(&table, schema, futures::stream::empty())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unimplemented);
+        assert!(err.message().contains("column n"), "{}", err.message());
+        assert!(!table.exists());
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 //! Squadron's plan nodes and their wire encoding.
 
 pub mod codec;
-mod float_bounds;
+mod file_bounds;
 pub mod guard;
 mod plain_strings;
 mod recursive;

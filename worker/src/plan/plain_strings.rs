@@ -46,7 +46,7 @@ use futures::FutureExt;
 use object_store::ObjectMeta;
 
 /// `plan` with every Parquet scan reading through [`PlainStringsReaderFactory`]
-/// (and its files' float statistics made bounds: see `float_bounds`).
+/// (and its files' statistics made bounds where the reader would take them for data: see `file_bounds`).
 pub fn prepare_parquet_scans(
     plan: Arc<dyn ExecutionPlan>,
     ctx: &TaskContext,
@@ -59,20 +59,32 @@ pub fn prepare_parquet_scans(
         let Some((config, parquet)) = scan.downcast_to_file_source::<ParquetSource>() else {
             return Ok(Transformed::no(node));
         };
-        let store = runtime.object_store(&config.object_store_url)?;
-        let factory = PlainStringsReaderFactory {
-            inner: CachedParquetFileReaderFactory::new(
-                store,
-                runtime.cache_manager.get_file_metadata_cache(),
-            ),
-            cache: runtime.cache_manager.get_file_metadata_cache(),
+        // A table that declares views (a created table keeps the types it
+        // was created with) reads the file's own views, not plain strings
+        // cast back into views.
+        let wants_views = config
+            .file_schema()
+            .fields()
+            .iter()
+            .any(|f| has_view(f.data_type()));
+        let source = if wants_views {
+            parquet.clone()
+        } else {
+            let store = runtime.object_store(&config.object_store_url)?;
+            let factory = PlainStringsReaderFactory {
+                inner: CachedParquetFileReaderFactory::new(
+                    store,
+                    runtime.cache_manager.get_file_metadata_cache(),
+                ),
+                cache: runtime.cache_manager.get_file_metadata_cache(),
+            };
+            parquet
+                .clone()
+                .with_parquet_file_reader_factory(Arc::new(factory))
         };
-        let source = parquet
-            .clone()
-            .with_parquet_file_reader_factory(Arc::new(factory));
         let mut config = config.clone();
         config.file_groups =
-            super::float_bounds::inexact_float_bounds(std::mem::take(&mut config.file_groups));
+            super::file_bounds::bounds_not_values(std::mem::take(&mut config.file_groups));
         let config = FileScanConfigBuilder::from(config)
             .with_source(Arc::new(source))
             .build();
