@@ -45,6 +45,23 @@ def test_session_settings_reach_the_workers(cluster, oracle):
         assert sizes["mine"] <= 100 < sizes["other"], sizes
 
 
+def test_a_session_may_raise_its_tasks_per_stage_within_bounds(cluster, oracle):
+    sql = (
+        "SELECT n_name, count(*) AS suppliers, sum(s_acctbal) AS balance FROM nation "
+        "JOIN supplier ON n_nationkey = s_nationkey GROUP BY n_name ORDER BY n_name"
+    )
+    with connect(cluster) as conn, conn.cursor() as cur:
+        cur.execute("SET datafusion.execution.target_partitions = 5")
+        cur.execute(f"EXPLAIN {sql}")
+        stages = cur.fetch_arrow_table().column("plan").to_pylist()[-1]
+        assert "tasks=5" in stages, stages
+        cur.execute(sql)
+        assert_same(cur.fetch_arrow_table(), oracle.sql(sql).to_arrow_table(), ordered=True)
+        cur.execute("SET datafusion.execution.planning_concurrency = 3")
+        cur.execute("SET datafusion.execution.target_partitions = 0")  # the server's own
+        assert show(conn, "datafusion.execution.target_partitions") != "0"
+
+
 def test_server_settings_are_refused(cluster):
     with connect(cluster) as conn, conn.cursor() as cur:
         for statement in [

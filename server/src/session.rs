@@ -32,10 +32,12 @@ const CLIENT_SETTINGS: &[&str] = &[
 ];
 
 /// Within those, settings that are still the operator's.
-const OPERATOR_SETTINGS: &[&str] = &[
-    "datafusion.execution.target_partitions",
-    "datafusion.execution.planning_concurrency",
-];
+const OPERATOR_SETTINGS: &[&str] = &["datafusion.execution.target_partitions"];
+
+/// How far a session may raise its tasks per stage above the server's:
+/// smaller tasks for a query that wants them, not a flood of tasks (each
+/// shuffle has tasks x tasks streams).
+const MAX_PARTITIONS_FACTOR: usize = 4;
 
 const TARGET_PARTITIONS: &str = "datafusion.execution.target_partitions";
 const DEFAULT_CATALOG: &str = "datafusion.catalog.default_catalog";
@@ -125,6 +127,13 @@ impl Session {
     /// unknown keys, bad values, and catalogs or schemas that do not exist.
     pub fn set(&self, key: &str, value: &str) -> Result<(), Status> {
         let key = key.trim().to_ascii_lowercase();
+        // DataFusion reads 0 as "the default": the server's, here (not
+        // this machine's core count).
+        let initial_partitions = self.initial.execution.target_partitions.to_string();
+        let value = match key == TARGET_PARTITIONS && value.trim() == "0" {
+            true => initial_partitions.as_str(),
+            false => value,
+        };
         let denied = check_client_may_set(&key).err();
         let state = self.ctx.state_ref();
         let mut state = state.write();
@@ -173,7 +182,7 @@ impl Session {
     /// Whether an operator's setting may still change from `before` to
     /// `after`: set to the value it already has (a no-op, which scripts
     /// written for single-node DataFusion do), or target partitions
-    /// lowered (fewer tasks per stage never asks more of the cluster).
+    /// within `MAX_PARTITIONS_FACTOR` times the server's.
     fn operator_allows(&self, key: &str, before: &ConfigOptions, after: &ConfigOptions) -> bool {
         let value_of = |options: &ConfigOptions| {
             options
@@ -186,7 +195,8 @@ impl Session {
             return true;
         }
         key == TARGET_PARTITIONS
-            && after.execution.target_partitions <= self.initial.execution.target_partitions
+            && after.execution.target_partitions
+                <= MAX_PARTITIONS_FACTOR * self.initial.execution.target_partitions
     }
 
     /// Puts one setting back to the value the session started with
@@ -264,8 +274,8 @@ fn check_client_may_set(key: &str) -> Result<(), Status> {
         Err(Status::permission_denied(format!(
             "{key} is a server setting a client cannot change; clients may change \
              datafusion.execution.*, datafusion.optimizer.*, datafusion.sql_parser.*, \
-             datafusion.explain.*, datafusion.format.* (except planning_concurrency, and \
-             target_partitions only below the server's), the default catalog and schema, \
+             datafusion.explain.*, datafusion.format.* (target_partitions up to \
+             {MAX_PARTITIONS_FACTOR} times the server's), the default catalog and schema, \
              and any setting to the value it already has"
         )))
     }
@@ -361,7 +371,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn operator_settings_may_be_restated_and_partitions_lowered() {
+    async fn operator_settings_may_be_restated_and_partitions_changed_within_bounds() {
         let session = Session::derived_from(&base().await);
         let partitions = session.ctx().state().config().target_partitions();
         let information_schema = "datafusion.catalog.information_schema";
@@ -371,13 +381,26 @@ mod tests {
             Code::PermissionDenied
         );
         let key = "datafusion.execution.target_partitions";
-        let above = (partitions + 1).to_string();
+        let too_many = (MAX_PARTITIONS_FACTOR * partitions + 1).to_string();
         assert_eq!(
-            session.set(key, &above).unwrap_err().code(),
+            session.set(key, &too_many).unwrap_err().code(),
             Code::PermissionDenied
+        );
+        session.set(key, &(partitions + 1).to_string()).unwrap();
+        assert_eq!(
+            session.ctx().state().config().target_partitions(),
+            partitions + 1
+        );
+        session.set(key, "0").unwrap();
+        assert_eq!(
+            session.ctx().state().config().target_partitions(),
+            partitions
         );
         session.set(key, "1").unwrap();
         assert_eq!(session.ctx().state().config().target_partitions(), 1);
+        session
+            .set("datafusion.execution.planning_concurrency", "3")
+            .unwrap();
         session.reset(key).unwrap();
         assert_eq!(
             session.ctx().state().config().target_partitions(),
