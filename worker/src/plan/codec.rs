@@ -172,8 +172,12 @@ fn decode_scalar(bytes: &[u8]) -> Result<Option<ScalarValue>> {
 /// Encodes a stage plan for a `TaskDefinition`.
 pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
     let plan = super::wire::encodable(plan)?;
-    datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec(plan, &SquadronCodec)
-        .map(|b| b.to_vec())
+    datafusion_proto::bytes::physical_plan_to_bytes_with_proto_converter(
+        plan,
+        &SquadronCodec,
+        &super::float16_literals::Float16Literals,
+    )
+    .map(|b| b.to_vec())
 }
 
 /// Decodes a stage plan from a `TaskDefinition`.

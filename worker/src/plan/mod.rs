@@ -2,6 +2,7 @@
 
 pub mod codec;
 mod file_bounds;
+mod float16_literals;
 pub mod guard;
 mod plain_strings;
 mod recursive;

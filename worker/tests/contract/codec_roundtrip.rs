@@ -246,3 +246,27 @@ async fn files_embedding_views_are_read_as_plain_strings() {
         &DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
     );
 }
+
+#[tokio::test]
+async fn float16_literals_arrive_as_float16() {
+    // datafusion-proto alone reads a Float16 literal back as Float32:
+    // `h + 1` then failed on the worker, `h IN (…)` did not decode.
+    let ctx = SessionContext::new();
+    let sql = "SELECT h + 1 AS plus, h IN (arrow_cast(1, 'Float16'), arrow_cast(2.5, 'Float16')) AS listed \
+               FROM (SELECT arrow_cast(column1, 'Float16') AS h FROM (VALUES (1.0), (2.5), (4.0))) AS t";
+    let df = ctx.sql(sql).await.unwrap();
+    let expected = df.clone().collect().await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let bytes = encode_plan(plan).unwrap();
+    let decoded = decode_plan(&bytes, &ctx.task_ctx()).unwrap();
+    let actual = datafusion::physical_plan::collect(decoded, ctx.task_ctx())
+        .await
+        .unwrap();
+    let text = |batches: &[RecordBatch]| {
+        datafusion::arrow::util::pretty::pretty_format_batches(batches)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(text(&actual), text(&expected));
+    assert!(text(&actual).contains("true"), "{}", text(&actual));
+}
