@@ -19,6 +19,8 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{not_impl_err, Result};
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::functions_table::generate_series::{GenericSeriesState, TimestampValue};
 use datafusion::physical_plan::aggregates::{AggregateExec, PhysicalGroupBy};
 use datafusion::physical_plan::memory::LazyMemoryExec;
@@ -32,6 +34,7 @@ use datafusion::physical_plan::ExecutionPlan;
 /// or NotImplemented for what datafusion-proto would silently change.
 pub fn encodable(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     refuse_lossy_windows(&plan)?;
+    refuse_virtual_columns(&plan)?;
     let plan = super::recursive::unprojected_work_tables(plan)?;
     plan.transform_up(|node| {
         let Some(scan) = node.downcast_ref::<LazyMemoryExec>() else {
@@ -78,6 +81,35 @@ fn refuse_lossy_windows(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
             }
         }
         Ok(TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
+}
+
+/// datafusion-proto (55) sends a file scan without its virtual columns
+/// (`file_row_index()`, the Parquet row number), and the scan's projection
+/// then names a column the worker's copy does not have. Refused by name
+/// rather than failing to decode on the worker.
+fn refuse_virtual_columns(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    plan.apply(|node| {
+        let virtual_columns = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+            .map(|config| {
+                config
+                    .file_source()
+                    .table_schema()
+                    .virtual_columns()
+                    .clone()
+            })
+            .unwrap_or_default();
+        match virtual_columns.first() {
+            Some(column) => not_impl_err!(
+                "the virtual column {} (file_row_index()) cannot run on workers yet \
+                 (the plan encoding drops virtual columns)",
+                column.name()
+            ),
+            None => Ok(TreeNodeRecursion::Continue),
+        }
     })
     .map(|_| ())
 }

@@ -157,6 +157,25 @@ async fn ignore_nulls_windows_are_refused_not_changed() {
     assert!(encode_plan(plan).is_ok());
 }
 
+#[tokio::test]
+async fn file_row_index_is_refused_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    write_parquet(&dir.path().join("t.parquet"), 10);
+    let ctx = SessionContext::new();
+    ctx.register_parquet(
+        "t",
+        dir.path().to_str().unwrap(),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    let plan = physical_plan(&ctx, "SELECT file_row_index(), v FROM t").await;
+    let err = encode_plan(plan).unwrap_err().to_string();
+    assert!(err.contains("cannot run on workers yet"), "{err}");
+    let plan = physical_plan(&ctx, "SELECT v FROM t").await;
+    assert!(encode_plan(plan).is_ok());
+}
+
 /// tpchgen and DataFusion write Parquet files whose embedded Arrow schema
 /// says `Utf8View`; Squadron's tables read them as `Utf8`. The decoded scan
 /// reads the plain type directly (no views decoded, then cast) and keeps
