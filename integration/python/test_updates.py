@@ -265,6 +265,19 @@ def test_a_column_with_one_value_in_its_file_is_still_the_column(conn, oracle):
     assert actual.column("xn").to_pylist() == ["x"]
 
 
+def test_a_table_with_two_columns_of_one_name_is_refused(conn):
+    t = fresh("dup")
+    with conn.cursor() as cur:
+        for sql in [
+            f"CREATE TABLE {t} AS SELECT * FROM nation a JOIN nation b ON a.n_nationkey = b.n_nationkey",
+            f"SELECT * INTO {t} FROM region a CROSS JOIN region b",
+        ]:
+            with pytest.raises(flightsql.Error, match="INVALID_ARGUMENT.*duplicate unqualified field name"):
+                execute_update(cur, sql)
+        with pytest.raises(flightsql.Error, match="not found"):
+            count(cur, t)
+
+
 def test_ddl_through_execute_takes_effect_without_a_fetch(conn):
     # ADBC's cursor.execute only describes the statement (GetFlightInfo);
     # it reads the answer (DoGet) only when fetched. DDL and DML must not

@@ -24,7 +24,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
-use datafusion::common::TableReference;
+use datafusion::common::{DFSchema, TableReference};
 use datafusion::datasource::listing::{ListingTable, ListingTableUrl};
 use datafusion::datasource::TableType;
 use datafusion::execution::cache::TableScopedPath;
@@ -62,6 +62,7 @@ pub async fn run_update(
                     "Execution error: 'IF NOT EXISTS' cannot coexist with 'REPLACE'",
                 ));
             }
+            unique_column_names(create.input.schema())?;
             let name = full_name(session, &create.name)?;
             if exists(coord, &name) {
                 if create.if_not_exists {
@@ -217,6 +218,19 @@ fn catalog(coord: &Coordinator) -> Result<&Arc<PersistedCatalog>, Status> {
             "this server keeps no tables of its own: start it with --data-dir to create tables",
         )
     })
+}
+
+/// A table keeps only unqualified column names: `a.x` and `b.x` would both
+/// be `x` (DataFusion's check and words).
+fn unique_column_names(schema: &DFSchema) -> Result<(), Status> {
+    let mut seen = std::collections::HashSet::new();
+    match schema.fields().iter().find(|f| !seen.insert(f.name())) {
+        Some(field) => Err(Status::invalid_argument(format!(
+            "Schema error: Schema contains duplicate unqualified field name {}",
+            field.name()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Runs a planned query on the workers and decodes its rows.
