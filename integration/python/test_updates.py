@@ -388,8 +388,15 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
             execute_update(
                 cur, "CREATE TABLE keyed (id INT PRIMARY KEY, v VARCHAR) AS VALUES (1, 'a'), (2, 'b')"
             )
-            # Rewritten tables keep their new rows and their key.
+            # Rewritten tables keep their new rows, their key and their
+            # column defaults.
             assert execute_update(cur, "UPDATE keyed SET v = 'z' WHERE id = 2") == 1
+            execute_update(
+                cur,
+                "CREATE TABLE defaulted (a INT, d VARCHAR DEFAULT lower('X'), n INT DEFAULT 1 + 2)",
+            )
+            assert execute_update(cur, "INSERT INTO defaulted (a) VALUES (1)") == 1
+            assert execute_update(cur, "UPDATE defaulted SET n = 4") == 1
             assert execute_update(cur, "DELETE FROM kept WHERE k = 3") == 1
             # A type Parquet cannot hold (an interval with nanoseconds) is
             # kept (in Arrow IPC files), and so is a dictionary.
@@ -431,6 +438,9 @@ def test_created_tables_and_views_survive_a_restart(tmp_path):
                 ("Interval(MonthDayNano)", "Dictionary(Int32, Utf8)", "3 hours", "y"),
             ]
             assert count(cur, "kept") == 2
+            assert execute_update(cur, "INSERT INTO defaulted (a) VALUES (2)") == 1
+            cur.execute("SELECT a, d, n FROM defaulted ORDER BY a")
+            assert cur.fetchall() == [(1, "x", 4), (2, "x", 3)]
             assert count(cur, "kept_big") == 1
             # The key is kept: v depends on it, so GROUP BY id may select v.
             cur.execute("SELECT id, v FROM keyed GROUP BY id ORDER BY id")

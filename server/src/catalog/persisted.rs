@@ -8,11 +8,14 @@
 //! change, and registered again when the server starts.
 
 use crate::session::Session;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use datafusion::common::{Constraint, Constraints};
+use datafusion::common::{Constraint, Constraints, DFSchema, Result as DFResult};
+use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
+use datafusion::sql::unparser::expr_to_sql;
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
@@ -31,6 +34,10 @@ pub enum Entry {
         /// `TableSpec::register_created`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         keys: Vec<Key>,
+        /// The column defaults it declared (`DEFAULT expr`), which an
+        /// INSERT naming fewer columns fills in.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        defaults: Vec<ColumnDefault>,
     },
     /// An external table or a view: the statement that defined it
     /// (`CREATE EXTERNAL TABLE …`, `CREATE VIEW …`), run again at start-up
@@ -50,6 +57,58 @@ pub enum Entry {
 pub enum Key {
     PrimaryKey(Vec<usize>),
     Unique(Vec<usize>),
+}
+
+/// A column's `DEFAULT`, as SQL text (parsed again at start-up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDefault {
+    pub column: String,
+    pub sql: String,
+}
+
+/// What a `CREATE TABLE` declared besides its columns, kept with the table
+/// through rewrites and restarts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Declared {
+    pub keys: Vec<Key>,
+    pub defaults: Vec<ColumnDefault>,
+}
+
+impl Declared {
+    /// The keys and defaults of a `CREATE TABLE`.
+    pub fn of(constraints: &Constraints, defaults: &[(String, Expr)]) -> Result<Self, Status> {
+        let defaults = defaults
+            .iter()
+            .map(|(column, expr)| {
+                let sql = expr_to_sql(expr).map_err(|e| {
+                    Status::unimplemented(format!("the DEFAULT of column {column}: {e}"))
+                })?;
+                Ok(ColumnDefault {
+                    column: column.clone(),
+                    sql: sql.to_string(),
+                })
+            })
+            .collect::<Result<_, Status>>()?;
+        Ok(Self {
+            keys: keys_of(constraints),
+            defaults,
+        })
+    }
+
+    /// The defaults as DataFusion's table takes them.
+    pub fn default_exprs(&self, ctx: &SessionContext) -> DFResult<HashMap<String, Expr>> {
+        let state = ctx.state();
+        let no_columns = DFSchema::empty();
+        self.defaults
+            .iter()
+            .map(|d| {
+                Ok((
+                    d.column.clone(),
+                    state.create_logical_expr(&d.sql, &no_columns)?,
+                ))
+            })
+            .collect()
+    }
 }
 
 /// The keys of DataFusion's `constraints`, to persist.
@@ -213,14 +272,21 @@ pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status>
             name,
             location,
             keys,
-        } => TableSpec {
-            name: name.clone(),
-            location: location.to_string_lossy().to_string(),
-            format: Some(crate::updates::write::format_in(location)),
+            defaults,
+        } => {
+            let declared = Declared {
+                keys: keys.clone(),
+                defaults: defaults.clone(),
+            };
+            TableSpec {
+                name: name.clone(),
+                location: location.to_string_lossy().to_string(),
+                format: Some(crate::updates::write::format_in(location)),
+            }
+            .register_created(ctx, &declared)
+            .await
+            .map_err(internal)
         }
-        .register_created(ctx, constraints_of(keys))
-        .await
-        .map_err(internal),
         Entry::Defined { sql, schema, .. } => {
             let session = Session::derived_from(ctx);
             if let Some((catalog, schema)) = schema {
@@ -250,6 +316,10 @@ mod tests {
             name: "t".into(),
             location: catalog.new_table_dir("t", false),
             keys: vec![Key::PrimaryKey(vec![0]), Key::Unique(vec![1, 2])],
+            defaults: vec![ColumnDefault {
+                column: "c".into(),
+                sql: "lower('X')".into(),
+            }],
         };
         catalog.put(view.clone()).unwrap();
         catalog.put(table.clone()).unwrap();

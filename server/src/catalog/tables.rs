@@ -3,6 +3,7 @@
 //! object store URL (`s3://bucket/path/`); a directory's `key=value/`
 //! subdirectories become partition columns, pruned by filters on them.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -18,10 +19,12 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
 use super::delta::DeltaTable;
+use super::persisted::{constraints_of, Declared};
 use crate::planner::client_types::client_schema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,15 +94,15 @@ impl TableFormat {
 }
 
 /// The column types a table is registered with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum ColumnTypes {
     /// Files found where clusters keep them: their string views and
     /// dictionaries read as the plain types clients receive (views ship
     /// badly across processes; see the coordinator's session config).
     ForClients,
     /// A table Squadron wrote: the types of its CREATE, as DataFusion's
-    /// own tables keep them.
-    AsWritten,
+    /// own tables keep them, and the column defaults it declared.
+    AsWritten(HashMap<String, Expr>),
 }
 
 /// One `--table` argument.
@@ -156,8 +159,11 @@ impl TableSpec {
     /// at most one row). Like DataFusion's own tables, nothing enforces
     /// them. Its columns keep the types it was created with (the files
     /// embed them), as a table created in DataFusion does.
-    pub async fn register_created(&self, ctx: &SessionContext, keys: Constraints) -> Result<()> {
-        self.register_as(ctx, keys, ColumnTypes::AsWritten).await
+    pub async fn register_created(&self, ctx: &SessionContext, declared: &Declared) -> Result<()> {
+        let keys = constraints_of(&declared.keys);
+        let defaults = declared.default_exprs(ctx)?;
+        self.register_as(ctx, keys, ColumnTypes::AsWritten(defaults))
+            .await
     }
 
     async fn register_as(
@@ -195,9 +201,9 @@ impl TableSpec {
                 .collect(),
         );
         let inferred = options.infer_schema(&state, &url).await?;
-        let schema = match types {
-            ColumnTypes::ForClients => client_schema(inferred.as_ref()),
-            ColumnTypes::AsWritten => inferred.as_ref().clone(),
+        let (schema, defaults) = match types {
+            ColumnTypes::ForClients => (client_schema(inferred.as_ref()), HashMap::new()),
+            ColumnTypes::AsWritten(defaults) => (inferred.as_ref().clone(), defaults),
         };
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
@@ -208,6 +214,7 @@ impl TableSpec {
         let statistics = state.runtime_env().cache_manager.get_file_statistic_cache();
         let table = ListingTable::try_new(config)?
             .with_constraints(keys)
+            .with_column_defaults(defaults)
             .with_cache(statistics);
         ctx.register_table(self.name.as_str(), Arc::new(table))?;
         Ok(())

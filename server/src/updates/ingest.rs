@@ -12,7 +12,7 @@ use squadron_worker::error::to_status;
 use tonic::Status;
 
 use super::{already_exists, catalog, create_table, exists, forget_listing, full_name, write};
-use crate::catalog::persisted::Entry;
+use crate::catalog::persisted::{Declared, Entry};
 use crate::coordinator::Coordinator;
 use crate::session::Session;
 
@@ -78,7 +78,15 @@ where
     let name = full_name(session, &table_name(command)?)?;
     match action(command, exists(coord, &name), &name)? {
         Action::Create | Action::Replace => {
-            create_table(coord, &name, command.temporary, schema, batches, vec![]).await
+            create_table(
+                coord,
+                &name,
+                command.temporary,
+                schema,
+                batches,
+                Declared::default(),
+            )
+            .await
         }
         Action::Append => {
             let location = match catalog(coord)?.get(&name.to_quoted_string()) {

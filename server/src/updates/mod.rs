@@ -34,7 +34,7 @@ use futures::{Stream, TryStreamExt};
 use squadron_worker::error::to_status;
 use tonic::Status;
 
-use crate::catalog::persisted::{constraints_of, keys_of, Entry, Key, PersistedCatalog};
+use crate::catalog::persisted::{Declared, Entry, PersistedCatalog};
 use crate::catalog::system::SYSTEM_SCHEMA;
 use crate::catalog::TableSpec;
 use crate::coordinator::Coordinator;
@@ -77,8 +77,8 @@ pub async fn run_update(
                 .await?;
             let schema = input.schema.clone();
             let batches = run_query(coord, input).await?;
-            let keys = keys_of(&create.constraints);
-            create_table(coord, &name, create.temporary, schema, batches, keys).await
+            let declared = Declared::of(&create.constraints, &create.column_defaults)?;
+            create_table(coord, &name, create.temporary, schema, batches, declared).await
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(ref create)) => {
             check_table_format(coord, &create.file_type)?;
@@ -271,14 +271,14 @@ fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Sta
 }
 
 /// Writes `batches` as a new table `name` (replacing one of that name)
-/// and registers it with its declared `keys`; returns the rows written.
+/// and registers it with what it `declared`; returns the rows written.
 pub async fn create_table<S>(
     coord: &Coordinator,
     name: &TableReference,
     temporary: bool,
     schema: SchemaRef,
     batches: S,
-    keys: Vec<Key>,
+    declared: Declared,
 ) -> Result<u64, Status>
 where
     S: Stream<Item = Result<RecordBatch, Status>>,
@@ -300,7 +300,7 @@ where
         location: dir.to_string_lossy().to_string(),
         format: Some(format),
     };
-    if let Err(e) = spec.register_created(ctx, constraints_of(&keys)).await {
+    if let Err(e) = spec.register_created(ctx, &declared).await {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(to_status(&e));
     }
@@ -310,7 +310,8 @@ where
         catalog.put(Entry::Managed {
             name: name.to_quoted_string(),
             location: dir,
-            keys,
+            keys: declared.keys,
+            defaults: declared.defaults,
         })?;
     }
     if let Some(Entry::Managed { location, .. }) = replaced {

@@ -25,7 +25,7 @@ use squadron_worker::error::to_status;
 use tonic::Status;
 
 use super::{catalog, create_table, full_name, run_query};
-use crate::catalog::persisted::Entry;
+use crate::catalog::persisted::{Declared, Entry};
 use crate::coordinator::Coordinator;
 use crate::session::Session;
 
@@ -44,8 +44,8 @@ pub async fn update_or_delete(
         ref other => return Err(Status::internal(format!("{other} is not a rewrite"))),
     };
     let name = full_name(session, &dml.table_name)?;
-    let keys = match catalog(coord)?.get(&name.to_quoted_string()) {
-        Some(Entry::Managed { keys, .. }) => keys,
+    let declared = match catalog(coord)?.get(&name.to_quoted_string()) {
+        Some(Entry::Managed { keys, defaults, .. }) => Declared { keys, defaults },
         _ => {
             return Err(Status::failed_precondition(format!(
                 "{} is not a table created through Squadron; {} works on those",
@@ -62,7 +62,7 @@ pub async fn update_or_delete(
         let kept = keep_rows(batch, delete, &counter);
         async move { kept }
     });
-    create_table(coord, &name, false, dml.target.schema(), rows, keys).await?;
+    create_table(coord, &name, false, dml.target.schema(), rows, declared).await?;
     Ok(changed.load(Ordering::Relaxed))
 }
 
