@@ -62,6 +62,22 @@ def test_a_session_may_raise_its_tasks_per_stage_within_bounds(cluster, oracle):
         assert show(conn, "datafusion.execution.target_partitions") != "0"
 
 
+def test_drop_function_changes_only_this_connection(cluster):
+    with connect(cluster) as mine, connect(cluster) as other:
+        with mine.cursor() as cur:
+            with pytest.raises(flightsql.Error, match="Function factory has not been configured"):
+                cur.execute("CREATE FUNCTION twice (DOUBLE) RETURNS DOUBLE RETURN $1 * 2")
+            cur.execute("DROP FUNCTION abs")
+            with pytest.raises(flightsql.Error, match="Invalid function 'abs'"):
+                cur.execute("SELECT abs(-1)")
+            with pytest.raises(flightsql.Error, match="Function does not exist"):
+                cur.execute("DROP FUNCTION abs")
+            cur.execute("DROP FUNCTION IF EXISTS abs")
+        with other.cursor() as cur:
+            cur.execute("SELECT abs(n_nationkey - 30) AS a FROM nation WHERE n_nationkey = 0")
+            assert cur.fetchall() == [(30,)]
+
+
 def test_server_settings_are_refused(cluster):
     with connect(cluster) as conn, conn.cursor() as cur:
         for statement in [

@@ -14,7 +14,7 @@ use datafusion::config::{ConfigField, ConfigOptions};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::{LogicalPlan, Statement};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
 use squadron_worker::configured_functions::refresh_configured_functions;
 use tonic::Status;
 
@@ -226,13 +226,24 @@ impl Session {
             .map_err(|e| Status::internal(format!("re-creating functions: {e}")))
     }
 
-    /// Applies a `SET` or `RESET` statement (see `changes_session`).
-    pub fn apply_statement(&self, plan: &LogicalPlan) -> Result<(), Status> {
+    /// Applies a statement that changes only this session (see
+    /// `changes_session`).
+    pub async fn apply_statement(&self, plan: &LogicalPlan) -> Result<(), Status> {
         match plan {
             LogicalPlan::Statement(Statement::SetVariable(set)) => {
                 self.set(&set.variable, &set.value)
             }
             LogicalPlan::Statement(Statement::ResetVariable(reset)) => self.reset(&reset.variable),
+            // DataFusion's own handling: CREATE FUNCTION needs a function
+            // factory (there is none, as in DataFusion by default); DROP
+            // FUNCTION removes a function from this session's planning.
+            LogicalPlan::Ddl(DdlStatement::CreateFunction(_) | DdlStatement::DropFunction(_)) => {
+                self.ctx
+                    .execute_logical_plan(plan.clone())
+                    .await
+                    .map_err(|e| squadron_worker::error::to_status(&e))?;
+                Ok(())
+            }
             other => Err(Status::internal(format!(
                 "not a session statement: {}",
                 other.display()
@@ -262,6 +273,7 @@ pub fn changes_session(plan: &LogicalPlan) -> bool {
     matches!(
         plan,
         LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_))
+            | LogicalPlan::Ddl(DdlStatement::CreateFunction(_) | DdlStatement::DropFunction(_))
     )
 }
 

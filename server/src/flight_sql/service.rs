@@ -154,7 +154,7 @@ impl SquadronFlightSql {
     ) -> Result<PlannedQuery, Status> {
         if changes_session(&logical) {
             let (session, _) = self.state.sessions.open(caller)?;
-            session.apply_statement(&logical)?;
+            session.apply_statement(&logical).await?;
             return Ok(PlannedQuery {
                 schema: Arc::new(Schema::empty()),
                 work: Work::Immediate(vec![]),
@@ -337,7 +337,7 @@ impl SquadronFlightSql {
         for plan in plans {
             if changes_session(&plan) {
                 let (session, _) = self.state.sessions.open(caller)?;
-                session.apply_statement(&plan)?;
+                session.apply_statement(&plan).await?;
                 continue;
             }
             if !is_update(&plan) {
