@@ -278,6 +278,20 @@ def test_a_table_with_two_columns_of_one_name_is_refused(conn):
             count(cur, t)
 
 
+def test_merge_into_answers_as_datafusion_does(conn):
+    t = fresh("target")
+    with conn.cursor() as cur:
+        execute_update(cur, f"CREATE TABLE {t} (id INT, val VARCHAR) AS VALUES (1, 'a')")
+        with pytest.raises(flightsql.Error, match="MERGE ON condition must be boolean"):
+            execute_update(cur, f"MERGE INTO {t} USING nation ON 1 WHEN MATCHED THEN DELETE")
+        with pytest.raises(flightsql.Error, match="MERGE INTO not supported for Base table"):
+            execute_update(
+                cur, f"MERGE INTO {t} USING nation ON {t}.id = n_nationkey WHEN MATCHED THEN DELETE"
+            )
+        assert count(cur, t) == 1
+        execute_update(cur, f"DROP TABLE {t}")
+
+
 def test_ddl_through_execute_takes_effect_without_a_fetch(conn):
     # ADBC's cursor.execute only describes the statement (GetFlightInfo);
     # it reads the answer (DoGet) only when fetched. DDL and DML must not

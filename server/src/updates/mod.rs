@@ -372,6 +372,18 @@ async fn insert(
     dml: DmlStatement,
 ) -> Result<u64, Status> {
     let table_name = full_name(session, &dml.table_name)?;
+    if let WriteOp::MergeInto(_) = dml.op {
+        // DataFusion's answer: its type checks of the statement, then the
+        // table's own MERGE INTO, which none of Squadron's tables has.
+        let plan = LogicalPlan::Dml(dml);
+        session
+            .ctx()
+            .state()
+            .create_physical_plan(&plan)
+            .await
+            .map_err(|e| to_status(&e))?;
+        return Err(Status::unimplemented("MERGE INTO is not supported yet"));
+    }
     if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {
         return Err(Status::unimplemented(format!(
             "{} is not supported yet; tables take INSERT INTO",
