@@ -9,6 +9,8 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_worker::client::{
     PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
@@ -38,6 +40,7 @@ use crate::coordinator::JobLimits;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::planner::scalar_subquery::CheckedScalarSubqueries;
+use crate::planner::statistics_bounds::FileStatisticsAsBounds;
 use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
@@ -185,17 +188,22 @@ pub const BROADCAST_BUILD_MAX_BYTES: usize = 16 * 1024 * 1024;
 pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
 
 /// The coordinator's context: DataFusion's, with the rule that keeps scalar
-/// subqueries' one-row check ahead of DataFusion's own rewrites, and the
-/// function that check calls.
+/// subqueries' one-row check ahead of DataFusion's own rewrites, the
+/// function that check calls, and file statistics taken as bounds
+/// (`planner::statistics_bounds`).
 pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
     let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
         vec![Arc::new(CheckedScalarSubqueries)];
     rules.extend(Optimizer::new().rules);
+    let mut physical_rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
+        vec![Arc::new(FileStatisticsAsBounds)];
+    physical_rules.extend(PhysicalOptimizer::new().rules);
     let mut state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
         .with_optimizer_rules(rules)
+        .with_physical_optimizer_rules(physical_rules)
         .build();
     for name in ["DELTA", "DELTALAKE"] {
         state

@@ -10,6 +10,7 @@ pub mod local;
 pub mod placeholders;
 pub mod readers;
 pub mod scalar_subquery;
+pub mod statistics_bounds;
 
 pub use client_types::for_clients;
 pub use cut::build_job_graph;

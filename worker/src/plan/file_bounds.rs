@@ -47,6 +47,13 @@ pub fn bounds_not_values(groups: Vec<FileGroup>) -> Vec<FileGroup> {
         .collect()
 }
 
+/// `statistics` made bounds where the reader (or, on the coordinator, the
+/// planner: a column it takes for a constant, an aggregate it answers from
+/// them) would take them for the data.
+pub fn statistics_as_bounds(statistics: &Statistics) -> Option<Statistics> {
+    as_bounds(statistics)
+}
+
 /// `statistics` made bounds where needed, or None when nothing changes.
 fn as_bounds(statistics: &Statistics) -> Option<Statistics> {
     let rows = statistics.num_rows;

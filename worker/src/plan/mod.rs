@@ -1,7 +1,7 @@
 //! Squadron's plan nodes and their wire encoding.
 
 pub mod codec;
-mod file_bounds;
+pub mod file_bounds;
 mod float16_literals;
 pub mod guard;
 mod plain_strings;
