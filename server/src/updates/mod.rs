@@ -72,12 +72,14 @@ pub async fn run_update(
                     return Err(already_exists(&create.name));
                 }
             }
+            // Before any work: a DEFAULT that cannot be kept refuses the
+            // statement.
+            let declared = Declared::of(&create.constraints, &create.column_defaults)?;
             let input = coord
                 .plan_for_writing(session, (*create.input).clone())
                 .await?;
             let schema = input.schema.clone();
             let batches = run_query(coord, input).await?;
-            let declared = Declared::of(&create.constraints, &create.column_defaults)?;
             create_table(coord, &name, create.temporary, schema, batches, declared).await
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(ref create)) => {
