@@ -26,7 +26,7 @@ use datafusion::datasource::physical_plan::{FileScanConfig, FileScanConfigBuilde
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
-use squadron_worker::plan::file_bounds::{bounds_not_values, statistics_as_bounds};
+use squadron_worker::plan::file_bounds::{as_bounds, bounds_not_values};
 
 #[derive(Debug, Default)]
 pub struct FileStatisticsAsBounds;
@@ -44,7 +44,7 @@ impl PhysicalOptimizerRule for FileStatisticsAsBounds {
             else {
                 return Ok(Transformed::no(node));
             };
-            let Some(table) = statistics_as_bounds(&config.statistics()) else {
+            let Some(table) = as_bounds(&config.statistics()) else {
                 return Ok(Transformed::no(node));
             };
             let mut config = config.clone();

@@ -49,13 +49,8 @@ pub fn bounds_not_values(groups: Vec<FileGroup>) -> Vec<FileGroup> {
 
 /// `statistics` made bounds where the reader (or, on the coordinator, the
 /// planner: a column it takes for a constant, an aggregate it answers from
-/// them) would take them for the data.
-pub fn statistics_as_bounds(statistics: &Statistics) -> Option<Statistics> {
-    as_bounds(statistics)
-}
-
-/// `statistics` made bounds where needed, or None when nothing changes.
-fn as_bounds(statistics: &Statistics) -> Option<Statistics> {
+/// them) would take them for the data; None when nothing changes.
+pub fn as_bounds(statistics: &Statistics) -> Option<Statistics> {
     let rows = statistics.num_rows;
     let changes = |c: &ColumnStatistics| misleading_bounds(c) || all_null(c, rows);
     if !statistics.column_statistics.iter().any(changes) {
