@@ -39,6 +39,7 @@ use crate::cluster::{
 use crate::coordinator::JobLimits;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
+use crate::planner::file_group_partitions::PairedInputsHashRouted;
 use crate::planner::scalar_subquery::CheckedScalarSubqueries;
 use crate::planner::statistics_bounds::FileStatisticsAsBounds;
 use crate::scheduler::JobRunner;
@@ -189,8 +190,9 @@ pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
 
 /// The coordinator's context: DataFusion's, with the rule that keeps scalar
 /// subqueries' one-row check ahead of DataFusion's own rewrites, the
-/// function that check calls, and file statistics taken as bounds
-/// (`planner::statistics_bounds`).
+/// function that check calls, file statistics taken as bounds
+/// (`planner::statistics_bounds`), and joins of file-grouped inputs hashed
+/// as their partners are (`planner::file_group_partitions`).
 pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
     let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
         vec![Arc::new(CheckedScalarSubqueries)];
@@ -198,6 +200,12 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
     let mut physical_rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
         vec![Arc::new(FileStatisticsAsBounds)];
     physical_rules.extend(PhysicalOptimizer::new().rules);
+    // After DataFusion's distribution rules, before its final sanity check.
+    let sanity_check = physical_rules
+        .iter()
+        .position(|rule| rule.name() == "SanityCheckPlan")
+        .unwrap_or(physical_rules.len());
+    physical_rules.insert(sanity_check, Arc::new(PairedInputsHashRouted));
     let mut state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)

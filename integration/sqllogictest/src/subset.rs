@@ -42,6 +42,9 @@ const CI_FILES: &[&str] = &[
     "agg_func_substitute.slt",
     "grouping.slt",
     "grouping_set_repartition.slt",
+    // partitioning read from files, order-preserving repartitions
+    "preserve_file_partitioning.slt",
+    "repartition_subset_satisfaction.slt",
     // windows
     "window_limits.slt",
     "window_topn.slt",

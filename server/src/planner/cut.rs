@@ -4,7 +4,8 @@
 //! - at every `RepartitionExec` (hash or round robin) the plan is shuffled:
 //!   the repartition and its input become a producer stage whose tasks
 //!   route rows to one channel per consumer partition, and the consumer reads
-//!   it through a `StageReadExec` in shuffle mode;
+//!   it through a `StageReadExec` in shuffle mode (an order-preserving
+//!   repartition becomes a plain one whose consumer sorts each partition);
 //! - below every `CoalescePartitionsExec` / `SortPreservingMergeExec` the
 //!   input becomes a producer stage and the merge stays in the consumer,
 //!   reading each upstream task through a `StageReadExec` in merge mode;
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use squadron_proto::v1::ReadMode;
@@ -106,9 +108,7 @@ impl Cutter {
         repartition: &RepartitionExec,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if repartition.preserve_order() {
-            return Err(DataFusionError::NotImplemented(
-                "distributing an order-preserving repartition".into(),
-            ));
+            return self.cut_ordered_shuffle(plan, repartition);
         }
         let channels = match repartition.partitioning() {
             Partitioning::Hash(_, n) | Partitioning::RoundRobinBatch(n) => *n,
@@ -129,6 +129,32 @@ impl Cutter {
         Ok(Arc::new(
             read.with_constants(&constants_of(plan))?
                 .hashed_on(&hashed)?,
+        ))
+    }
+
+    /// An order-preserving repartition merges, per output partition, the
+    /// sorted rows every input partition routes to it. Across processes
+    /// the rows of one channel arrive from many tasks in no fixed order, so
+    /// the shuffle is a plain one and each consumer partition sorts what
+    /// it reads: the same rows in the same order, at the price of a sort
+    /// instead of a merge of already sorted runs.
+    fn cut_ordered_shuffle(
+        &mut self,
+        plan: &Arc<dyn ExecutionPlan>,
+        repartition: &RepartitionExec,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(ordering) = plan.output_ordering().cloned() else {
+            return Err(DataFusionError::Internal(
+                "an order-preserving repartition without an output ordering".into(),
+            ));
+        };
+        let plain = Arc::new(RepartitionExec::try_new(
+            Arc::clone(repartition.input()),
+            repartition.partitioning().clone(),
+        )?);
+        let read = self.cut_shuffle(&(Arc::clone(&plain) as Arc<dyn ExecutionPlan>), &plain)?;
+        Ok(Arc::new(
+            SortExec::new(ordering, read).with_preserve_partitioning(true),
         ))
     }
 

@@ -5,6 +5,7 @@ pub mod build_side;
 pub mod client_types;
 pub mod cut;
 pub mod encode;
+pub mod file_group_partitions;
 pub mod job_graph;
 pub mod local;
 pub mod placeholders;
