@@ -29,6 +29,9 @@ const CLIENT_SETTINGS: &[&str] = &[
     "datafusion.format.",
     "datafusion.catalog.default_catalog",
     "datafusion.catalog.default_schema",
+    // Only what the session's own SQL sees (Flight SQL's metadata commands
+    // do not depend on it).
+    "datafusion.catalog.information_schema",
 ];
 
 /// Within those, settings that are still the operator's.
@@ -72,7 +75,20 @@ impl Session {
 
     /// A new session starting from `base`'s settings, over its catalogs.
     pub fn derived_from(base: &SessionContext) -> Self {
-        let state = SessionStateBuilder::new_from_existing(base.state()).build();
+        let base_state = base.state();
+        let create_default = base_state
+            .config_options()
+            .catalog
+            .create_default_catalog_and_schema;
+        let mut state = SessionStateBuilder::new_from_existing(base_state).build();
+        // DataFusion turns this off in a state built from another, so that
+        // the build keeps the catalogs it was given; it is read only then,
+        // and the session reports the server's own value (SHOW ALL).
+        state
+            .config_mut()
+            .options_mut()
+            .catalog
+            .create_default_catalog_and_schema = create_default;
         Self::shared(SessionContext::new_with_state(state))
     }
 
@@ -288,7 +304,7 @@ fn check_client_may_set(key: &str) -> Result<(), Status> {
              datafusion.execution.*, datafusion.optimizer.*, datafusion.sql_parser.*, \
              datafusion.explain.*, datafusion.format.* (target_partitions up to \
              {MAX_PARTITIONS_FACTOR} times the server's), the default catalog and schema, \
-             and any setting to the value it already has"
+             information_schema, and any setting to the value it already has"
         )))
     }
 }
@@ -386,10 +402,10 @@ mod tests {
     async fn operator_settings_may_be_restated_and_partitions_changed_within_bounds() {
         let session = Session::derived_from(&base().await);
         let partitions = session.ctx().state().config().target_partitions();
-        let information_schema = "datafusion.catalog.information_schema";
-        session.set(information_schema, "true").unwrap();
+        let catalog_setup = "datafusion.catalog.has_header";
+        session.set(catalog_setup, "true").unwrap();
         assert_eq!(
-            session.set(information_schema, "false").unwrap_err().code(),
+            session.set(catalog_setup, "false").unwrap_err().code(),
             Code::PermissionDenied
         );
         let key = "datafusion.execution.target_partitions";

@@ -86,10 +86,19 @@ impl Squadron {
         let channel = Channel::from_shared(format!("http://{addr}"))?
             .connect()
             .await?;
-        Ok(Self {
+        let mut squadron = Self {
             client: FlightSqlServiceClient::new(channel),
             deadline,
-        })
+        };
+        // Squadron shows information_schema by default; DataFusion's runner
+        // starts each file without it (files turn it on themselves).
+        squadron
+            .answer("SET datafusion.catalog.information_schema = false")
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("starting the session as DataFusion's runner does: {e}")
+            })?;
+        Ok(squadron)
     }
 
     async fn answer(&mut self, sql: &str) -> Answer {

@@ -6,6 +6,7 @@
 //! squadron-slt [--subset ci] [--check] [--report docs/sqllogictest.md] [FILTER…]
 //! ```
 
+mod by_design;
 mod cluster;
 mod corpus;
 mod engines;

@@ -8,6 +8,7 @@ use sqllogictest::{
     parse_file, strict_column_validator, AsyncDB, MakeConnection, Record, RecordOutput, Runner,
 };
 
+use crate::by_design;
 use crate::format::SltType;
 
 /// What became of one statement or query.
@@ -66,7 +67,10 @@ where
         let outcome = match runner.run_async(record.clone()).await {
             Ok(RecordOutput::Nothing) => continue, // `onlyif` another engine
             Ok(_) => Outcome::Passed,
-            Err(e) => match in_another_order(&e.kind()) {
+            Err(e) => match in_another_order(&e.kind())
+                .or_else(|| by_design::squadron_defaults(&e.kind()))
+                .or_else(|| by_design::system_schema_listed(&e.kind()))
+            {
                 Some(note) => Outcome::Failed(note),
                 None if only_encoded_columns_differ(&e.kind()) => {
                     Outcome::Failed(same_values_decoded(&mut runner, record).await)

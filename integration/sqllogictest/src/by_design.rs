@@ -1,0 +1,146 @@
+//! Results that differ from single-node DataFusion's because Squadron is
+//! built to differ there, recognised from the difference itself (a
+//! mismatch, not an error Squadron gives: those are in `gaps.rs`). Each
+//! becomes a note that `gaps.rs` lists as a known gap, never a pass.
+
+use sqllogictest::TestErrorKind;
+
+/// Settings whose defaults Squadron changes on purpose (see
+/// `coordinator_session_config` in the server): dynamic filters and physical
+/// scalar subqueries cannot cross a stage cut, broadcast thresholds and
+/// round-robin repartitions are tuned for shuffles over the network, and
+/// Parquet strings are read as plain strings.
+const SQUADRON_DEFAULTS: &[&str] = &[
+    "datafusion.optimizer.enable_dynamic_filter_pushdown",
+    "datafusion.optimizer.enable_join_dynamic_filter_pushdown",
+    "datafusion.optimizer.enable_topk_dynamic_filter_pushdown",
+    "datafusion.optimizer.enable_aggregate_dynamic_filter_pushdown",
+    "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery",
+    "datafusion.optimizer.enable_round_robin_repartition",
+    "datafusion.optimizer.hash_join_single_partition_threshold",
+    "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+    "datafusion.execution.parquet.schema_force_view_types",
+];
+
+/// Marks `SHOW ALL` output that differs only in `SQUADRON_DEFAULTS`.
+pub fn squadron_defaults(kind: &TestErrorKind) -> Option<String> {
+    let TestErrorKind::QueryResultMismatch {
+        sql,
+        expected,
+        actual,
+    } = kind
+    else {
+        return None;
+    };
+    if !sql.trim().to_ascii_lowercase().starts_with("show all") {
+        return None;
+    }
+    let expected: Vec<&str> = expected.lines().map(str::trim_end).collect();
+    let actual: Vec<&str> = actual.lines().map(str::trim_end).collect();
+    if expected.len() != actual.len() {
+        return None;
+    }
+    let key = |line: &str| {
+        line.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let by_design = expected
+        .iter()
+        .zip(&actual)
+        .filter(|(e, a)| e != a)
+        .all(|(e, a)| key(e) == key(a) && SQUADRON_DEFAULTS.contains(&key(e).as_str()));
+    by_design.then(|| {
+        "Squadron's own defaults: SHOW ALL differs only in settings Squadron changes on purpose"
+            .into()
+    })
+}
+
+/// Marks a listing of the catalog (`information_schema`, `SHOW TABLES`)
+/// that has every expected row plus only rows of Squadron's `system`
+/// schema (`system.workers`, `system.queries`), or copies of expected rows
+/// (a projection that leaves out the schema name, e.g. `catalog_name`).
+pub fn system_schema_listed(kind: &TestErrorKind) -> Option<String> {
+    let TestErrorKind::QueryResultMismatch {
+        sql,
+        expected,
+        actual,
+    } = kind
+    else {
+        return None;
+    };
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("information_schema") && !lower.contains("show tables") {
+        return None;
+    }
+    let mut missing: Vec<&str> = expected.lines().map(str::trim_end).collect();
+    let mut extra = vec![];
+    for line in actual.lines().map(str::trim_end) {
+        match missing.iter().position(|e| *e == line) {
+            Some(at) => {
+                missing.swap_remove(at);
+            }
+            None => extra.push(line),
+        }
+    }
+    let expected_lines: Vec<&str> = expected.lines().map(str::trim_end).collect();
+    // Copies of expected rows show up as `extra` only when the expected
+    // copy was consumed already; count them apart from `system` rows.
+    let is_system = |line: &str| line.split_whitespace().any(|word| word == "system");
+    let listed = missing.is_empty()
+        && extra
+            .iter()
+            .all(|line| is_system(line) || expected_lines.contains(line));
+    listed.then(|| {
+        "the system schema listed: the rows expected, plus Squadron's own system schema".into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mismatch(sql: &str, expected: &str, actual: &str) -> TestErrorKind {
+        TestErrorKind::QueryResultMismatch {
+            sql: sql.into(),
+            expected: expected.into(),
+            actual: actual.into(),
+        }
+    }
+
+    #[test]
+    fn show_all_may_differ_only_in_squadrons_own_defaults() {
+        let expected = "datafusion.execution.batch_size 8192\n\
+                        datafusion.optimizer.enable_round_robin_repartition true";
+        let ours = "datafusion.execution.batch_size 8192\n\
+                    datafusion.optimizer.enable_round_robin_repartition false";
+        assert!(squadron_defaults(&mismatch("SHOW ALL", expected, ours)).is_some());
+        let other = "datafusion.execution.batch_size 4096\n\
+                     datafusion.optimizer.enable_round_robin_repartition false";
+        assert!(squadron_defaults(&mismatch("SHOW ALL", expected, other)).is_none());
+        assert!(squadron_defaults(&mismatch("SELECT 1", expected, ours)).is_none());
+    }
+
+    #[test]
+    fn listings_may_add_only_the_system_schema() {
+        let sql = "SELECT * FROM information_schema.schemata";
+        let expected = "datafusion public";
+        let ours = "datafusion public\ndatafusion system";
+        assert!(system_schema_listed(&mismatch(sql, expected, ours)).is_some());
+        let names = "SELECT catalog_name FROM information_schema.schemata";
+        assert!(
+            system_schema_listed(&mismatch(names, "datafusion", "datafusion\ndatafusion"))
+                .is_some()
+        );
+        // A missing row or another extra row is a real difference.
+        assert!(system_schema_listed(&mismatch(sql, expected, "datafusion system")).is_none());
+        assert!(system_schema_listed(&mismatch(
+            sql,
+            expected,
+            "datafusion public\ndatafusion other"
+        ))
+        .is_none());
+        assert!(system_schema_listed(&mismatch("SELECT 1", expected, ours)).is_none());
+    }
+}
