@@ -247,6 +247,7 @@ impl Session {
     pub async fn apply_statement(&self, plan: &LogicalPlan) -> Result<(), Status> {
         match plan {
             LogicalPlan::Statement(Statement::SetVariable(set)) => {
+                check_runtime_value(plan, &set.variable).await?;
                 self.set(&set.variable, &set.value)
             }
             LogicalPlan::Statement(Statement::ResetVariable(reset)) => self.reset(&reset.variable),
@@ -291,6 +292,23 @@ pub fn changes_session(plan: &LogicalPlan) -> bool {
         LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_))
             | LogicalPlan::Ddl(DdlStatement::CreateFunction(_) | DdlStatement::DropFunction(_))
     )
+}
+
+/// A runtime setting (`datafusion.runtime.*`) is the operator's, but a
+/// value DataFusion could not parse gets DataFusion's own error first, so a
+/// client learns its value is wrong rather than only that it may not set it.
+/// Parsed on a scratch context; never `temp_directory`, whose value is any
+/// path and which would create directories there.
+async fn check_runtime_value(plan: &LogicalPlan, key: &str) -> Result<(), Status> {
+    let key = key.trim().to_ascii_lowercase();
+    if !key.starts_with("datafusion.runtime.") || key == "datafusion.runtime.temp_directory" {
+        return Ok(());
+    }
+    SessionContext::new()
+        .execute_logical_plan(plan.clone())
+        .await
+        .map(|_| ())
+        .map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 fn check_client_may_set(key: &str) -> Result<(), Status> {
@@ -395,6 +413,36 @@ mod tests {
         );
         assert_eq!(code(session.set_catalog("missing")), Code::InvalidArgument);
         assert_eq!(session.schema(), "public");
+        assert!(session.changed_settings().is_empty());
+    }
+
+    #[tokio::test]
+    async fn runtime_settings_are_refused_after_their_value_is_checked() {
+        let session = Session::derived_from(&base().await);
+        let apply = |sql: &'static str| {
+            let session = &session;
+            async move {
+                let plan = session
+                    .ctx()
+                    .state()
+                    .create_logical_plan(sql)
+                    .await
+                    .unwrap();
+                session.apply_statement(&plan).await
+            }
+        };
+        let bad = apply("SET datafusion.runtime.list_files_cache_ttl = ''")
+            .await
+            .unwrap_err();
+        assert_eq!(bad.code(), Code::InvalidArgument);
+        assert!(
+            bad.message().contains("Duration should not be empty"),
+            "{bad}"
+        );
+        let good = apply("SET datafusion.runtime.memory_limit = '1G'")
+            .await
+            .unwrap_err();
+        assert_eq!(good.code(), Code::PermissionDenied);
         assert!(session.changed_settings().is_empty());
     }
 

@@ -66,6 +66,14 @@ const GAPS: &[(&str, &str)] = &[
         "SHOW ALL lists the settings Squadron plans with on purpose (dynamic filters off, broadcast thresholds, plain Parquet strings; see `by_design.rs`)",
     ),
     (
+        "plain Parquet types:",
+        "Squadron reads Parquet strings and binaries as the plain types the file holds, not as views (views ship badly between processes; many clients cannot read them)",
+    ),
+    (
+        "a LIMIT without ORDER BY read other rows",
+        "which rows a LIMIT without ORDER BY reads is unspecified (Squadron's are the first task's to answer), and an expression overflowed on one that single-node DataFusion did not read",
+    ),
+    (
         "the system schema listed:",
         "catalog listings include Squadron's own `system` schema (`system.workers`, `system.queries`)",
     ),

@@ -39,6 +39,7 @@ impl FileResult {
         let mut found = vec![];
         for (mode, outcomes) in &self.squadron {
             let not_created = tables_not_created(outcomes);
+            let refused = settings_refused(outcomes);
             for (location, outcome) in &self.baseline {
                 if *outcome != Outcome::Passed {
                     continue;
@@ -49,12 +50,14 @@ impl FileResult {
                     Some(Outcome::Skipped(reason)) => reason.to_string(),
                     None => "not run (an earlier statement stopped the file)".into(),
                 };
-                let gap = known_gap(&difference).or_else(|| {
-                    not_created
-                        .iter()
-                        .any(|table| names_missing_table(&difference, table))
-                        .then_some(FOLLOWS_A_GAP)
-                });
+                let gap = known_gap(&difference)
+                    .or_else(|| {
+                        not_created
+                            .iter()
+                            .any(|table| names_missing_table(&difference, table))
+                            .then_some(FOLLOWS_A_GAP)
+                    })
+                    .or_else(|| follows_refused_setting(&difference, &refused));
                 found.push(Regression {
                     mode,
                     location: location.clone(),
@@ -82,6 +85,39 @@ fn tables_not_created(outcomes: &Outcomes) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+const FOLLOWS_A_REFUSED_SETTING: &str =
+    "shows or depends on a server setting whose SET was refused (a known gap), so it keeps the server's value";
+
+/// Settings (lower case) whose `SET` Squadron refused as the operator's.
+fn settings_refused(outcomes: &Outcomes) -> Vec<String> {
+    outcomes
+        .values()
+        .filter_map(|outcome| match outcome {
+            Outcome::Failed(difference) if known_gap(difference).is_some() => {
+                let (before, _) = difference.split_once(" is a server setting a client cannot")?;
+                let key = before.rsplit(' ').next()?;
+                Some(key.to_ascii_lowercase())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `difference` follows from a refused setting: `SHOW` of it
+/// answers the server's value, and a statement expected to run out of a
+/// refused memory limit succeeds.
+fn follows_refused_setting(difference: &str, refused: &[String]) -> Option<&'static str> {
+    let lower = difference.to_ascii_lowercase();
+    let shows_one = refused
+        .iter()
+        .any(|key| lower.contains(&format!("[sql] show {key}")));
+    let no_memory_limit = refused
+        .iter()
+        .any(|key| key == "datafusion.runtime.memory_limit")
+        && lower.starts_with("query is expected to fail, but actually succeed");
+    (shows_one || no_memory_limit).then_some(FOLLOWS_A_REFUSED_SETTING)
 }
 
 /// The table a failed statement's `[SQL] CREATE TABLE name …` creates.
@@ -236,5 +272,26 @@ mod tests {
         assert!(names_missing_table(drop, "dict_t"));
         assert!(!names_missing_table(select, "t"));
         assert!(!names_missing_table("query result mismatch", "dict_t"));
+    }
+}
+
+#[cfg(test)]
+mod refused_setting_tests {
+    use super::*;
+
+    #[test]
+    fn statements_after_a_refused_setting_follow_its_gap() {
+        let set = "statement failed: DataFusion error: datafusion.runtime.memory_limit is a \
+                   server setting a client cannot change ⏎ [SQL] SET datafusion.runtime.memory_limit = '1M'";
+        let outcomes: Outcomes = [("f.slt:1".to_string(), Outcome::Failed(set.into()))].into();
+        let refused = settings_refused(&outcomes);
+        assert_eq!(refused, vec!["datafusion.runtime.memory_limit".to_string()]);
+        let show = "query result mismatch: ⏎ [SQL] SHOW datafusion.runtime.memory_limit ⏎ [Diff]";
+        assert!(follows_refused_setting(show, &refused).is_some());
+        let spill = "query is expected to fail, but actually succeed: ⏎ [SQL] SELECT v1 FROM t";
+        assert!(follows_refused_setting(spill, &refused).is_some());
+        let other = "query result mismatch: ⏎ [SQL] SHOW datafusion.runtime.metadata_cache_limit";
+        assert!(follows_refused_setting(other, &refused).is_none());
+        assert!(follows_refused_setting(spill, &[]).is_none());
     }
 }

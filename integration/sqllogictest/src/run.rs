@@ -70,6 +70,8 @@ where
             Err(e) => match in_another_order(&e.kind())
                 .or_else(|| by_design::squadron_defaults(&e.kind()))
                 .or_else(|| by_design::system_schema_listed(&e.kind()))
+                .or_else(|| by_design::plain_parquet_types(&e.kind()))
+                .or_else(|| by_design::limit_read_other_rows(&e.kind()))
             {
                 Some(note) => Outcome::Failed(note),
                 None if only_encoded_columns_differ(&e.kind()) => {
