@@ -72,6 +72,7 @@ where
                 .or_else(|| by_design::system_schema_listed(&e.kind()))
                 .or_else(|| by_design::plain_parquet_types(&e.kind()))
                 .or_else(|| by_design::limit_read_other_rows(&e.kind()))
+                .or_else(|| by_design::upstream_sort_key_substitution(&e.kind()))
             {
                 Some(note) => Outcome::Failed(note),
                 None if only_encoded_columns_differ(&e.kind()) => {

@@ -3,14 +3,10 @@
 //! The planner takes exact file statistics for facts about the data: a
 //! column whose min equals its max becomes a constant of the plan's
 //! equivalences, and `max(x)` is answered from the statistics without a
-//! scan. Two ways that goes wrong on Parquet files, which single-node
-//! DataFusion over in-memory tables never meets:
-//! - Parquet leaves NaN out of float min/max, so `max(x)` over a column
-//!   with NaN answered the largest number instead of NaN.
-//! - A window ordered by `CASE WHEN c = '0' …` over a join filtered on
-//!   `nvl(c, '0') = '0'`, with `c` one value in its file, was planned with
-//!   that constant substituted into the sort order and failed DataFusion's
-//!   own sanity check (window.slt).
+//! scan. That goes wrong on Parquet files, which single-node DataFusion
+//! over in-memory tables never meets: Parquet leaves NaN out of float
+//! min/max, so `max(x)` over a column with NaN answered the largest number
+//! instead of NaN.
 //!
 //! This rule runs first among the physical optimizer rules: each file scan's
 //! statistics (and those of its files) are made inexact where they would
