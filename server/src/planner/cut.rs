@@ -107,9 +107,22 @@ impl Cutter {
         plan: &Arc<dyn ExecutionPlan>,
         repartition: &RepartitionExec,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if repartition.preserve_order() {
+        // A repartition of one input partition keeps its input's order
+        // without the preserve-order flag; the operators above were planned
+        // on that order just the same.
+        if repartition.preserve_order() || plan.output_ordering().is_some() {
             return self.cut_ordered_shuffle(plan, repartition);
         }
+        self.cut_plain_shuffle(plan, repartition)
+    }
+
+    /// The repartition and its input become a producer stage; the consumer
+    /// reads its rows in whatever order they arrive.
+    fn cut_plain_shuffle(
+        &mut self,
+        plan: &Arc<dyn ExecutionPlan>,
+        repartition: &RepartitionExec,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let channels = match repartition.partitioning() {
             Partitioning::Hash(_, n) | Partitioning::RoundRobinBatch(n) => *n,
             other => {
@@ -133,7 +146,8 @@ impl Cutter {
     }
 
     /// An order-preserving repartition merges, per output partition, the
-    /// sorted rows every input partition routes to it. Across processes
+    /// sorted rows every input partition routes to it (or, with one input
+    /// partition, keeps them in order). Across processes
     /// the rows of one channel arrive from many tasks in no fixed order, so
     /// the shuffle is a plain one and each consumer partition sorts what
     /// it reads: the same rows in the same order, at the price of a sort
@@ -152,7 +166,8 @@ impl Cutter {
             Arc::clone(repartition.input()),
             repartition.partitioning().clone(),
         )?);
-        let read = self.cut_shuffle(&(Arc::clone(&plain) as Arc<dyn ExecutionPlan>), &plain)?;
+        let read =
+            self.cut_plain_shuffle(&(Arc::clone(&plain) as Arc<dyn ExecutionPlan>), &plain)?;
         Ok(Arc::new(
             SortExec::new(ordering, read).with_preserve_partitioning(true),
         ))

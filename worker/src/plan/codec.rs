@@ -7,9 +7,12 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::{internal_datafusion_err, internal_err, Result, ScalarValue};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::recursive_query::RecursiveQueryExec;
+use datafusion::physical_plan::sorts::partitioned_topk::PartitionedTopKExec;
 use datafusion::physical_plan::work_table::WorkTableExec;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use datafusion_proto::physical_plan::{
+    PhysicalExtensionCodec, PhysicalPlanDecodeContext, PhysicalProtoConverterExtension,
+};
 use prost::Message;
 use squadron_proto::v1::squadron_plan_node::Node;
 use squadron_proto::v1::{
@@ -17,10 +20,12 @@ use squadron_proto::v1::{
 };
 
 use super::stage_read::StageReadExec;
+use super::top_k;
 
 /// Encodes and decodes the nodes datafusion-proto leaves to extensions:
-/// `StageReadExec` placeholders, and a recursive query's two nodes (which
-/// then run inside one task: a work table lives in one process).
+/// `StageReadExec` placeholders, a recursive query's two nodes (which
+/// then run inside one task: a work table lives in one process), and the
+/// window top-N operator.
 #[derive(Debug, Default)]
 pub struct SquadronCodec;
 
@@ -29,8 +34,8 @@ impl PhysicalExtensionCodec for SquadronCodec {
         &self,
         buf: &[u8],
         inputs: &[Arc<dyn ExecutionPlan>],
-        _ctx: &TaskContext,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        ctx: &TaskContext,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let node = SquadronPlanNode::decode(buf)
             .map_err(|e| internal_datafusion_err!("bad SquadronPlanNode: {e}"))?;
@@ -56,6 +61,16 @@ impl PhysicalExtensionCodec for SquadronCodec {
                 decode_schema(&table.schema)?,
                 None,
             )?)),
+            Some(Node::PartitionedTopK(top_k)) => {
+                let [input] = inputs else {
+                    return internal_err!(
+                        "PartitionedTopKExec has one input, got {}",
+                        inputs.len()
+                    );
+                };
+                let decode = PhysicalPlanDecodeContext::new(ctx, self);
+                top_k::decode(top_k, input, &decode, proto_converter)
+            }
             None => internal_err!("empty SquadronPlanNode"),
         }
     }
@@ -64,7 +79,7 @@ impl PhysicalExtensionCodec for SquadronCodec {
         &self,
         node: Arc<dyn ExecutionPlan>,
         buf: &mut Vec<u8>,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
         let node = if let Some(read) = node.downcast_ref::<StageReadExec>() {
             Node::StageRead(encode_stage_read(read)?)
@@ -79,6 +94,8 @@ impl PhysicalExtensionCodec for SquadronCodec {
                 name: table.name().to_string(),
                 schema: encode_schema(&table.schema())?,
             })
+        } else if let Some(top_k) = node.downcast_ref::<PartitionedTopKExec>() {
+            Node::PartitionedTopK(top_k::encode(top_k, self, proto_converter)?)
         } else {
             return internal_err!("cannot encode {} with the Squadron codec", node.name());
         };

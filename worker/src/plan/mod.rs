@@ -7,6 +7,7 @@ pub mod guard;
 mod plain_strings;
 mod recursive;
 pub mod stage_read;
+mod top_k;
 pub mod wire;
 
 pub use codec::{decode_plan, encode_plan, SquadronCodec};
