@@ -40,6 +40,7 @@ use crate::coordinator::JobLimits;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::planner::file_group_partitions::PairedInputsHashRouted;
+use crate::planner::one_partition::NoShuffleAfterOnePartition;
 use crate::planner::scalar_subquery::CheckedScalarSubqueries;
 use crate::planner::statistics_bounds::FileStatisticsAsBounds;
 use crate::scheduler::JobRunner;
@@ -206,6 +207,7 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(physical_rules.len());
     physical_rules.insert(sanity_check, Arc::new(PairedInputsHashRouted));
+    physical_rules.insert(sanity_check, Arc::new(NoShuffleAfterOnePartition));
     let mut state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)

@@ -45,10 +45,21 @@ use super::readers::assign_readers;
 /// Cuts `plan` into a job graph.
 pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     // The job output merges the final tasks' streams itself, so a top-level
-    // coalesce without a limit would only add a hop.
-    let plan = match plan.downcast_ref::<CoalescePartitionsExec>() {
-        Some(coalesce) if coalesce.fetch().is_none() => Arc::clone(coalesce.input()),
-        _ => plan,
+    // coalesce without a limit would only add a hop; so would a sorted merge
+    // of one partition, already in order.
+    let plan = if let Some(coalesce) = plan.downcast_ref::<CoalescePartitionsExec>() {
+        match coalesce.fetch() {
+            None => Arc::clone(coalesce.input()),
+            Some(_) => plan,
+        }
+    } else if let Some(merge) = plan.downcast_ref::<SortPreservingMergeExec>() {
+        let one_partition = merge.input().output_partitioning().partition_count() == 1;
+        match merge.fetch() {
+            None if one_partition => Arc::clone(merge.input()),
+            _ => plan,
+        }
+    } else {
+        plan
     };
     let mut cutter = Cutter { stages: vec![] };
     let root = cutter.cut(plan)?;

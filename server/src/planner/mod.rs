@@ -8,6 +8,7 @@ pub mod encode;
 pub mod file_group_partitions;
 pub mod job_graph;
 pub mod local;
+pub mod one_partition;
 pub mod placeholders;
 pub mod readers;
 pub mod scalar_subquery;
