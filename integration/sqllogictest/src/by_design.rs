@@ -6,6 +6,41 @@
 
 use sqllogictest::TestErrorKind;
 
+/// The three texts of a result mismatch, the only kind of difference
+/// these checks look at.
+pub struct Mismatch<'a> {
+    pub sql: &'a str,
+    pub expected: &'a str,
+    pub actual: &'a str,
+}
+
+impl<'a> Mismatch<'a> {
+    pub fn of(kind: &'a TestErrorKind) -> Option<Self> {
+        match kind {
+            TestErrorKind::QueryResultMismatch {
+                sql,
+                expected,
+                actual,
+            } => Some(Self {
+                sql,
+                expected,
+                actual,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A result mismatch, for tests of the checks.
+#[cfg(test)]
+pub fn mismatch(sql: &str, expected: &str, actual: &str) -> TestErrorKind {
+    TestErrorKind::QueryResultMismatch {
+        sql: sql.into(),
+        expected: expected.into(),
+        actual: actual.into(),
+    }
+}
+
 /// Settings whose defaults Squadron changes on purpose (see
 /// `coordinator_session_config` in the server): dynamic filters and physical
 /// scalar subqueries cannot cross a stage cut, broadcast thresholds and
@@ -25,14 +60,11 @@ const SQUADRON_DEFAULTS: &[&str] = &[
 
 /// Marks `SHOW ALL` output that differs only in `SQUADRON_DEFAULTS`.
 pub fn squadron_defaults(kind: &TestErrorKind) -> Option<String> {
-    let TestErrorKind::QueryResultMismatch {
+    let Mismatch {
         sql,
         expected,
         actual,
-    } = kind
-    else {
-        return None;
-    };
+    } = Mismatch::of(kind)?;
     if !sql.trim().to_ascii_lowercase().starts_with("show all") {
         return None;
     }
@@ -63,14 +95,11 @@ pub fn squadron_defaults(kind: &TestErrorKind) -> Option<String> {
 /// schema (`system.workers`, `system.queries`), or copies of expected rows
 /// (a projection that leaves out the schema name, e.g. `catalog_name`).
 pub fn system_schema_listed(kind: &TestErrorKind) -> Option<String> {
-    let TestErrorKind::QueryResultMismatch {
+    let Mismatch {
         sql,
         expected,
         actual,
-    } = kind
-    else {
-        return None;
-    };
+    } = Mismatch::of(kind)?;
     let lower = sql.to_ascii_lowercase();
     if !lower.contains("information_schema") && !lower.contains("show tables") {
         return None;
@@ -103,12 +132,9 @@ pub fn system_schema_listed(kind: &TestErrorKind) -> Option<String> {
 /// and Squadron as plain strings and binaries (the types the file holds:
 /// views ship badly between processes, and many clients cannot read them).
 pub fn plain_parquet_types(kind: &TestErrorKind) -> Option<String> {
-    let TestErrorKind::QueryResultMismatch {
+    let Mismatch {
         expected, actual, ..
-    } = kind
-    else {
-        return None;
-    };
+    } = Mismatch::of(kind)?;
     let plain = |text: &str| -> Vec<String> {
         text.lines()
             .map(|line| {
@@ -176,14 +202,6 @@ pub fn upstream_sort_key_substitution(kind: &TestErrorKind) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mismatch(sql: &str, expected: &str, actual: &str) -> TestErrorKind {
-        TestErrorKind::QueryResultMismatch {
-            sql: sql.into(),
-            expected: expected.into(),
-            actual: actual.into(),
-        }
-    }
 
     #[test]
     fn show_all_may_differ_only_in_squadrons_own_defaults() {

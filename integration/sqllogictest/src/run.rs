@@ -137,14 +137,11 @@ fn lines_match(
 /// Squadron's follows which task answers first. Kept apart from real
 /// differences (see `gaps.rs`), never counted as a pass.
 fn in_another_order(kind: &sqllogictest::TestErrorKind) -> Option<String> {
-    let sqllogictest::TestErrorKind::QueryResultMismatch {
+    let crate::by_design::Mismatch {
         sql,
         expected,
         actual,
-    } = kind
-    else {
-        return None;
-    };
+    } = crate::by_design::Mismatch::of(kind)?;
     if sql.to_ascii_lowercase().contains("order by") {
         return None;
     }
@@ -271,15 +268,7 @@ mod tests {
 #[cfg(test)]
 mod order_tests {
     use super::in_another_order;
-    use sqllogictest::TestErrorKind;
-
-    fn mismatch(sql: &str, expected: &str, actual: &str) -> TestErrorKind {
-        TestErrorKind::QueryResultMismatch {
-            sql: sql.into(),
-            expected: expected.into(),
-            actual: actual.into(),
-        }
-    }
+    use crate::by_design::mismatch;
 
     #[test]
     fn only_an_unordered_query_with_the_same_rows_is_in_another_order() {
