@@ -46,9 +46,13 @@ def test_session_settings_reach_the_workers(cluster, oracle):
 
 
 def test_a_session_may_raise_its_tasks_per_stage_within_bounds(cluster, oracle):
+    # Each branch of the union shuffles its groups to the final aggregate
+    # (after a one-partition input with no union above, one task would
+    # finish the query, whatever the setting).
     sql = (
-        "SELECT n_name, count(*) AS suppliers, sum(s_acctbal) AS balance FROM nation "
-        "JOIN supplier ON n_nationkey = s_nationkey GROUP BY n_name ORDER BY n_name"
+        "SELECT n_regionkey AS k, count(*) AS c FROM nation GROUP BY n_regionkey "
+        "UNION ALL SELECT s_nationkey AS k, count(*) AS c FROM supplier GROUP BY s_nationkey "
+        "ORDER BY k, c"
     )
     with connect(cluster) as conn, conn.cursor() as cur:
         cur.execute("SET datafusion.execution.target_partitions = 5")
