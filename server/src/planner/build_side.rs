@@ -5,14 +5,23 @@
 //! and emits the unmatched (or matched) ones when the *last* probe partition
 //! finishes. In one process all probe partitions share that bitmap; split
 //! into tasks, each task would hold its own copy and see only part of the
-//! probe side. So such a hash join becomes a *partitioned* one: both sides
-//! hash-shuffled on the join keys, so each task owns every probe row that
-//! can match its build rows and its bitmap is complete for them. (Merging
-//! the probe side into one task, the earlier fix, ran the join on one core
-//! and shipped a whole fact table to it: TPC-H q21 1.7× single node.)
-//! Joins without keys (nested loop) and null-aware anti joins (`NOT IN`,
-//! which must see every probe NULL) still merge their probe side into one
-//! partition: the join then runs as a single task.
+//! probe side. Three ways out, cheapest first:
+//!
+//! - **Reduce the probe side** (Left, LeftSemi, LeftAnti, LeftMark with
+//!   keys): every task of the probe side first keeps only its probe rows
+//!   that match some build row (a RightSemi join on the broadcast build
+//!   side: it streams, no bitmap), and the join itself runs once over
+//!   those rows merged. Probe rows that match nothing cannot change a
+//!   left, semi, anti or mark join's answer, so it is the same answer;
+//!   the build side is computed once and read by both joins. TPC-H q21
+//!   and q22 probe a fact table with a small build side: this ships the
+//!   few matching rows instead of shuffling the whole fact table.
+//! - **Partition** (Full joins with keys): both sides hash-shuffled on the
+//!   join keys, so each task owns every probe row that can match its build
+//!   rows and its bitmap is complete for them.
+//! - **Merge** (joins without keys, null-aware anti joins, which must see
+//!   every probe NULL): the probe side merged into one partition, the join
+//!   run as a single task.
 
 use std::sync::Arc;
 
@@ -20,6 +29,7 @@ use datafusion::common::{JoinType, Result};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
 fn emits_build_rows_at_end(join_type: &JoinType) -> bool {
@@ -54,43 +64,254 @@ fn unmerged(build: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
     }
 }
 
+/// A join rewritten to see its whole probe side, and the build side it
+/// shares between two joins when it did.
+pub struct ProbeSide {
+    pub plan: Arc<dyn ExecutionPlan>,
+    /// Read by both the reducing join and the join itself: cut once, so
+    /// it is computed once (see `Cutter`).
+    pub shared_build: Option<Arc<dyn ExecutionPlan>>,
+}
+
 /// Rewrites `plan` when it is a join that must see its whole probe side:
-/// partitioned on its keys when it has any, else with the probe side
-/// merged into one partition.
-pub fn gather_probe_side(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+/// see the module comment for the three ways.
+pub fn gather_probe_side(plan: Arc<dyn ExecutionPlan>) -> Result<ProbeSide> {
+    let unchanged = |plan| ProbeSide {
+        plan,
+        shared_build: None,
+    };
     if !needs_whole_probe_side(&plan) {
-        return Ok(plan);
+        return Ok(unchanged(plan));
     }
     let children = plan.children();
     let probe = Arc::clone(children[1]);
     let partitions = probe.output_partitioning().partition_count();
     if partitions <= 1 {
-        return Ok(plan);
+        return Ok(unchanged(plan));
     }
     let build = Arc::clone(children[0]);
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
         if !join.null_aware && !join.on().is_empty() {
-            let (build_keys, probe_keys) = join
-                .on()
-                .iter()
-                .map(|(b, p)| (Arc::clone(b), Arc::clone(p)))
-                .unzip();
-            let build = Arc::new(RepartitionExec::try_new(
-                unmerged(build),
-                Partitioning::Hash(build_keys, partitions),
-            )?);
-            let probe = Arc::new(RepartitionExec::try_new(
-                probe,
-                Partitioning::Hash(probe_keys, partitions),
-            )?);
-            return join
-                .builder()
-                .with_partition_mode(PartitionMode::Partitioned)
-                .with_new_children(vec![build, probe])?
-                .build_exec();
+            if reduces_probe_side(join.join_type()) && is_merge(&build) {
+                return reduce_probe_side(join, build, probe);
+            }
+            return partition_both_sides(join, build, probe, partitions).map(unchanged);
         }
     }
     let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(probe));
     #[allow(deprecated)] // replace_children needs options we have no use for
-    plan.with_new_children(vec![build, merged])
+    plan.with_new_children(vec![build, merged]).map(unchanged)
+}
+
+/// Join types whose answer only depends on the probe rows that match some
+/// build row (a Full join also emits the unmatched probe rows).
+fn reduces_probe_side(join_type: &JoinType) -> bool {
+    matches!(
+        join_type,
+        JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark
+    )
+}
+
+/// A merge of the build side's partitions: cut as one producer stage, it
+/// can feed two consumer stages. (A build side of one partition has no
+/// merge to share and would be computed twice: partitioning is used.)
+fn is_merge(build: &Arc<dyn ExecutionPlan>) -> bool {
+    match build.downcast_ref::<CoalescePartitionsExec>() {
+        Some(merge) => merge.fetch().is_none(),
+        None => build
+            .downcast_ref::<SortPreservingMergeExec>()
+            .is_some_and(|merge| merge.fetch().is_none()),
+    }
+}
+
+/// `join(build, probe)` as `join(build, merge(right_semi(build, probe)))`.
+fn reduce_probe_side(
+    join: &HashJoinExec,
+    build: Arc<dyn ExecutionPlan>,
+    probe: Arc<dyn ExecutionPlan>,
+) -> Result<ProbeSide> {
+    // Same keys, filter and null handling: a probe row is kept exactly
+    // when the join would match it to at least one build row.
+    let matching = join
+        .builder()
+        .with_type(JoinType::RightSemi)
+        .with_projection(None)
+        .with_fetch(None)
+        .with_new_children(vec![Arc::clone(&build), probe])?
+        .reset_state()
+        .recompute_properties()
+        .build_exec()?;
+    let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(matching));
+    let plan = join
+        .builder()
+        .with_new_children(vec![Arc::clone(&build), merged])?
+        .reset_state()
+        .recompute_properties()
+        .build_exec()?;
+    Ok(ProbeSide {
+        plan,
+        shared_build: Some(build),
+    })
+}
+
+fn partition_both_sides(
+    join: &HashJoinExec,
+    build: Arc<dyn ExecutionPlan>,
+    probe: Arc<dyn ExecutionPlan>,
+    partitions: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let (build_keys, probe_keys) = join
+        .on()
+        .iter()
+        .map(|(b, p)| (Arc::clone(b), Arc::clone(p)))
+        .unzip();
+    let build = Arc::new(RepartitionExec::try_new(
+        unmerged(build),
+        Partitioning::Hash(build_keys, partitions),
+    )?);
+    let probe = Arc::new(RepartitionExec::try_new(
+        probe,
+        Partitioning::Hash(probe_keys, partitions),
+    )?);
+    join.builder()
+        .with_partition_mode(PartitionMode::Partitioned)
+        .with_new_children(vec![build, probe])?
+        .build_exec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+    use datafusion::datasource::MemTable;
+    use datafusion::physical_plan::{collect, displayable};
+    use datafusion::prelude::{SessionConfig, SessionContext};
+    use squadron_worker::plan::StageReadExec;
+
+    use crate::planner::job_graph::{Stage, StageOutput};
+
+    /// `(k, v)` rows in `partitions` partitions; `k` repeats and has NULLs.
+    fn table(rows: &[(Option<i64>, i64)], partitions: usize) -> MemTable {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let batches = rows
+            .chunks(rows.len().div_ceil(partitions))
+            .map(|chunk| {
+                let k: Int64Array = chunk.iter().map(|(k, _)| *k).collect();
+                let v: Int64Array = chunk.iter().map(|(_, v)| Some(*v)).collect();
+                vec![
+                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(v)])
+                        .unwrap(),
+                ]
+            })
+            .collect();
+        MemTable::try_new(schema, batches).unwrap()
+    }
+
+    fn sorted(batches: &[RecordBatch]) -> Vec<String> {
+        let text = pretty_format_batches(batches).unwrap().to_string();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    }
+
+    #[tokio::test]
+    async fn a_reduced_probe_side_gives_the_single_node_answer() {
+        let config = SessionConfig::new().with_target_partitions(2);
+        let ctx = SessionContext::new_with_config(config);
+        let small: Vec<_> = (0..6)
+            .map(|i| (Some(i % 4), i))
+            .chain([(None, 9)])
+            .collect();
+        let big: Vec<_> = (0..40)
+            .map(|i| (Some(i % 7), i % 5))
+            .chain([(None, 1), (None, 2)])
+            .collect();
+        ctx.register_table("b", Arc::new(table(&small, 2))).unwrap();
+        ctx.register_table("p", Arc::new(table(&big, 2))).unwrap();
+        let queries = [
+            // LeftSemi / LeftAnti with a filter over both sides.
+            "SELECT * FROM b WHERE EXISTS (SELECT 1 FROM p WHERE p.k = b.k AND p.v <> b.v)",
+            "SELECT * FROM b WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.k = b.k AND p.v > b.v)",
+            // Left outer: the matched probe rows come with their columns.
+            "SELECT b.k, b.v, p.v FROM b LEFT JOIN p ON b.k = p.k AND p.v < 2",
+            // LeftMark: EXISTS under an OR.
+            "SELECT * FROM b WHERE b.v > 4 OR EXISTS (SELECT 1 FROM p WHERE p.k = b.k)",
+        ];
+        for sql in queries {
+            let plan = ctx
+                .sql(sql)
+                .await
+                .unwrap()
+                .create_physical_plan()
+                .await
+                .unwrap();
+            let expected = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+            let rewritten = plan
+                .transform_up(|node| {
+                    let side = gather_probe_side(Arc::clone(&node))?;
+                    Ok(match side.shared_build {
+                        Some(_) => Transformed::yes(side.plan),
+                        None => Transformed::no(node),
+                    })
+                })
+                .unwrap()
+                .data;
+            let shown = displayable(rewritten.as_ref()).indent(true).to_string();
+            assert!(shown.contains("join_type=RightSemi"), "{sql}:\n{shown}");
+            let actual = collect(rewritten, ctx.task_ctx()).await.unwrap();
+            assert_eq!(sorted(&actual), sorted(&expected), "{sql}:\n{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shared_build_side_is_one_stage_read_by_both_joins() {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let small: Vec<_> = (0..6).map(|i| (Some(i), i)).collect();
+        let big: Vec<_> = (0..40).map(|i| (Some(i % 7), i)).collect();
+        ctx.register_table("b", Arc::new(table(&small, 2))).unwrap();
+        ctx.register_table("p", Arc::new(table(&big, 2))).unwrap();
+        let sql = "SELECT * FROM b WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.k = b.k)";
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let graph = crate::planner::build_job_graph(plan).unwrap();
+        let shown = graph.to_string();
+        // The build side: 2 channels for the reducing join's 2 tasks, one
+        // for the task of the anti join itself.
+        let shared: Vec<_> = graph
+            .stages
+            .iter()
+            .filter(|s| s.output == StageOutput::Broadcast { channels: 3 })
+            .collect();
+        assert_eq!(shared.len(), 1, "{shown}");
+        let reads = |stage: &Stage| {
+            let mut firsts = vec![];
+            stage
+                .plan
+                .apply(|node| {
+                    if let Some(read) = node.downcast_ref::<StageReadExec>() {
+                        if read.stage_id() as usize == shared[0].id {
+                            firsts.push((read.readers().to_vec(), read.first_channel()));
+                        }
+                    }
+                    Ok(TreeNodeRecursion::Continue)
+                })
+                .unwrap();
+            firsts
+        };
+        let mut all: Vec<_> = graph.stages.iter().flat_map(reads).collect();
+        all.sort();
+        assert_eq!(all, vec![(vec![0], 2), (vec![0, 1], 0)], "{shown}");
+    }
 }

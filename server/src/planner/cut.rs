@@ -15,8 +15,10 @@
 //!   join executed by several tasks.
 //!
 //! Joins that emit build-side rows once probing ends (left, semi, anti,
-//! full with a collected build side) first get their probe side merged, so
-//! they run as one task: see `build_side`.
+//! full with a collected build side) first see their whole probe side:
+//! reduced to the matching rows, partitioned, or merged (see `build_side`).
+//! A build side the reduction shares between two joins is cut once: its
+//! stage then feeds two consumer stages, each on channels of its own.
 //!
 //! Only operators on the allow-list (`allow_list`) are split; any other
 //! runs with its whole subtree in one task, or the query is refused.
@@ -25,6 +27,7 @@
 //! its input except above a merge-mode read, so running each output
 //! partition as an independent task computes exactly the single-node answer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -38,7 +41,7 @@ use squadron_worker::plan::stage_read::{hash_partition_columns, uniform_constant
 use squadron_worker::plan::StageReadExec;
 
 use super::allow_list::{split_rule, Split};
-use super::build_side::gather_probe_side;
+use super::build_side::{gather_probe_side, ProbeSide};
 use super::job_graph::{JobGraph, Stage, StageOutput};
 use super::readers::assign_readers;
 
@@ -61,7 +64,7 @@ pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     } else {
         plan
     };
-    let mut cutter = Cutter { stages: vec![] };
+    let mut cutter = Cutter::default();
     let root = cutter.cut(plan)?;
     let tasks = root.output_partitioning().partition_count();
     let final_id = cutter.stages.len();
@@ -78,16 +81,52 @@ pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     Ok(JobGraph { stages })
 }
 
+#[derive(Default)]
 struct Cutter {
     stages: Vec<Stage>,
+    /// Subtrees that appear under two joins (`build_side`), by address,
+    /// with what cutting them gave once it did. The subtree itself is
+    /// kept so that its address cannot be reused by another node.
+    shared: HashMap<usize, SharedSubtree>,
+}
+
+/// A subtree two joins read, and what cutting it gave once it was cut.
+struct SharedSubtree {
+    _kept: Arc<dyn ExecutionPlan>,
+    cut: Option<Arc<dyn ExecutionPlan>>,
+}
+
+fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    Arc::as_ptr(plan) as *const () as usize
 }
 
 impl Cutter {
+    /// Cuts `plan`, or gives what cutting it gave before when it is a
+    /// shared subtree: one producer stage then feeds both consumers.
     fn cut(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let address = address(&plan);
+        if let Some(done) = self.shared.get(&address).and_then(|s| s.cut.as_ref()) {
+            return Ok(Arc::clone(done));
+        }
+        let done = self.cut_unshared(plan)?;
+        if let Some(shared) = self.shared.get_mut(&address) {
+            shared.cut = Some(Arc::clone(&done));
+        }
+        Ok(done)
+    }
+
+    fn cut_unshared(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         if split_rule(&plan)? == Split::WholeInOneTask {
             return Ok(plan);
         }
-        let plan = gather_probe_side(plan)?;
+        let ProbeSide { plan, shared_build } = gather_probe_side(plan)?;
+        if let Some(build) = shared_build {
+            let subtree = SharedSubtree {
+                _kept: Arc::clone(&build),
+                cut: None,
+            };
+            self.shared.insert(address(&build), subtree);
+        }
         let children = plan.children();
         let mut new_children = Vec::with_capacity(children.len());
         let mut changed = false;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::Result;
+use datafusion::common::{internal_err, Result};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
@@ -29,10 +29,12 @@ use squadron_worker::plan::StageReadExec;
 use super::job_graph::{Stage, StageOutput};
 
 /// Sets the readers of every merge read, and the channel count of the
-/// stages they read.
+/// stages they read. A stage read by several consumer stages (a build side
+/// two joins share) writes one range of channels per consumer, in stage
+/// order.
 pub fn assign_readers(stages: &mut [Stage]) -> Result<()> {
-    for consumer in 0..stages.len() {
-        let stage = &stages[consumer];
+    let mut channels: BTreeMap<u32, u32> = BTreeMap::new();
+    for stage in stages.iter_mut() {
         // A repartitioning stage's tasks execute the input of its root.
         let root = match stage.output {
             StageOutput::Repartition { .. } => Arc::clone(stage.plan.children()[0]),
@@ -40,16 +42,23 @@ pub fn assign_readers(stages: &mut [Stage]) -> Result<()> {
         };
         let executed_by: Vec<Vec<u32>> = (0..stage.tasks as u32).map(|t| vec![t]).collect();
         let mut readers = BTreeMap::new();
-        collect(&root, &executed_by, &mut readers);
+        collect(&root, &executed_by, &mut readers)?;
         if readers.is_empty() {
             continue;
         }
-        stages[consumer].plan = with_readers(Arc::clone(&stages[consumer].plan), &readers)?;
+        let mut reads = BTreeMap::new();
         for (input, tasks) in readers {
-            stages[input as usize].output = StageOutput::Broadcast {
-                channels: tasks.len().max(1),
-            };
+            let next = channels.entry(input).or_insert(0);
+            let first = *next;
+            *next += tasks.len().max(1) as u32;
+            reads.insert(input, (tasks, first));
         }
+        stage.plan = with_readers(Arc::clone(&stage.plan), &reads)?;
+    }
+    for (input, channels) in channels {
+        stages[input as usize].output = StageOutput::Broadcast {
+            channels: channels as usize,
+        };
     }
     Ok(())
 }
@@ -58,13 +67,14 @@ fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     executed_by: &[Vec<u32>],
     readers: &mut BTreeMap<u32, Vec<u32>>,
-) {
+) -> Result<()> {
     let everyone = union_of(executed_by);
     if let Some(read) = plan.downcast_ref::<StageReadExec>() {
-        if read.mode() == ReadMode::Merge {
-            readers.insert(read.stage_id(), everyone);
+        if read.mode() == ReadMode::Merge && readers.insert(read.stage_id(), everyone).is_some() {
+            // Both reads would take the same channels.
+            return internal_err!("stage {} is merge-read twice by one stage", read.stage_id());
         }
-        return;
+        return Ok(());
     }
     let children = plan.children();
     let mut offset = 0;
@@ -84,8 +94,9 @@ fn collect(
             vec![everyone.clone(); n]
         };
         offset += n;
-        collect(child, &child_executed_by, readers);
+        collect(child, &child_executed_by, readers)?;
     }
+    Ok(())
 }
 
 /// Whether each task that executes `plan` executes its input `child` whole.
@@ -107,17 +118,19 @@ fn union_of(sets: &[Vec<u32>]) -> Vec<u32> {
     all
 }
 
+/// The plan with each merge read given its readers and first channel.
 fn with_readers(
     plan: Arc<dyn ExecutionPlan>,
-    readers: &BTreeMap<u32, Vec<u32>>,
+    reads: &BTreeMap<u32, (Vec<u32>, u32)>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         let Some(read) = node.downcast_ref::<StageReadExec>() else {
             return Ok(Transformed::no(node));
         };
-        match readers.get(&read.stage_id()) {
-            Some(tasks) if read.mode() == ReadMode::Merge => {
-                let read: Arc<dyn ExecutionPlan> = Arc::new(read.with_readers(tasks.clone()));
+        match reads.get(&read.stage_id()) {
+            Some((tasks, first)) if read.mode() == ReadMode::Merge => {
+                let read: Arc<dyn ExecutionPlan> =
+                    Arc::new(read.with_readers(tasks.clone(), *first));
                 Ok(Transformed::yes(read))
             }
             _ => Ok(Transformed::no(node)),
@@ -144,7 +157,7 @@ mod tests {
     fn merge_read_of(stage: &Stage) -> Vec<u32> {
         let mut found = BTreeMap::new();
         let executed_by: Vec<Vec<u32>> = (0..stage.tasks as u32).map(|t| vec![t]).collect();
-        collect(&stage.plan, &executed_by, &mut found);
+        collect(&stage.plan, &executed_by, &mut found).unwrap();
         found.into_values().next().expect("a merge read")
     }
 

@@ -129,7 +129,7 @@ fn decode_stage_read(
         .collect::<Result<Vec<_>>>()?;
     let hash_columns: Vec<usize> = node.hash_columns.iter().map(|c| *c as usize).collect();
     Ok(Arc::new(
-        read.with_readers(node.readers)
+        read.with_readers(node.readers, node.first_channel)
             .with_constants(&constants)?
             .hashed_on(&hash_columns)?,
     ))
@@ -142,6 +142,7 @@ fn encode_stage_read(read: &StageReadExec) -> Result<StageReadNode> {
         partitions: read.partitions() as u32,
         schema: encode_schema(&read.schema())?,
         readers: read.readers().to_vec(),
+        first_channel: read.first_channel(),
         hash_columns: read.hash_columns().into_iter().map(|c| c as u32).collect(),
         constants: read
             .constants()

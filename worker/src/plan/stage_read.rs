@@ -60,8 +60,12 @@ pub struct StageReadExec {
     mode: ReadMode,
     partitions: usize,
     /// MERGE mode: the consumer tasks that read the upstream stage, in
-    /// channel order (task `readers[c]` reads channel `c`).
+    /// channel order (task `readers[c]` reads channel `first_channel + c`).
     readers: Vec<u32>,
+    /// MERGE mode: the first channel this consumer stage reads; other
+    /// consumer stages of the same upstream stage read the channels before
+    /// or after its range.
+    first_channel: u32,
     properties: Arc<PlanProperties>,
     binding: Option<StageBinding>,
 }
@@ -79,6 +83,7 @@ impl StageReadExec {
             mode,
             partitions,
             readers: vec![],
+            first_channel: 0,
             properties: Arc::new(properties),
             binding: None,
         }
@@ -150,10 +155,12 @@ impl StageReadExec {
         uniform_constant_columns(self.properties.equivalence_properties())
     }
 
-    /// A copy read by the given consumer tasks (MERGE mode).
-    pub fn with_readers(&self, readers: Vec<u32>) -> Self {
+    /// A copy read by the given consumer tasks (MERGE mode), on the
+    /// channels from `first_channel` on.
+    pub fn with_readers(&self, readers: Vec<u32>, first_channel: u32) -> Self {
         Self {
             readers,
+            first_channel,
             binding: None,
             ..self.clone_unbound()
         }
@@ -165,6 +172,7 @@ impl StageReadExec {
             mode: self.mode,
             partitions: self.partitions,
             readers: self.readers.clone(),
+            first_channel: self.first_channel,
             properties: Arc::clone(&self.properties),
             binding: None,
         }
@@ -172,6 +180,10 @@ impl StageReadExec {
 
     pub fn readers(&self) -> &[u32] {
         &self.readers
+    }
+
+    pub fn first_channel(&self) -> u32 {
+        self.first_channel
     }
 
     pub fn stage_id(&self) -> u32 {
@@ -242,7 +254,7 @@ impl StageReadExec {
                 };
                 Ok(vec![(
                     url.clone(),
-                    key(partition, *attempt, channel as u32),
+                    key(partition, *attempt, self.first_channel + channel as u32),
                 )])
             }
             _ => Ok(binding
@@ -268,6 +280,9 @@ impl DisplayAs for StageReadExec {
         )?;
         if self.mode == ReadMode::Merge {
             write!(f, ", readers={:?}", self.readers)?;
+            if self.first_channel > 0 {
+                write!(f, ", first_channel={}", self.first_channel)?;
+            }
         }
         Ok(())
     }
