@@ -7,18 +7,24 @@
 //! into tasks, each task would hold its own copy and see only part of the
 //! probe side. Three ways out, cheapest first:
 //!
-//! - **Reduce the probe side** (Left, LeftSemi, LeftAnti, LeftMark with
-//!   keys): every task of the probe side first keeps only its probe rows
-//!   that match some build row (a RightSemi join on the broadcast build
-//!   side: it streams, no bitmap), and the join itself runs once over
-//!   those rows merged. Probe rows that match nothing cannot change a
-//!   left, semi, anti or mark join's answer, so it is the same answer;
-//!   the build side is computed once and read by both joins. TPC-H q21
-//!   and q22 probe a fact table with a small build side: this ships the
-//!   few matching rows instead of shuffling the whole fact table.
-//! - **Partition** (Full joins with keys): both sides hash-shuffled on the
-//!   join keys, so each task owns every probe row that can match its build
-//!   rows and its bitmap is complete for them.
+//! - **Reduce the probe side** (LeftSemi, LeftAnti, LeftMark with keys:
+//!   `EXISTS` / `NOT EXISTS`): every task of the probe side first keeps
+//!   only its probe rows that match some build row (a RightSemi join on the
+//!   broadcast build side: it streams, no bitmap), and the join itself
+//!   runs once over those rows merged. Probe rows that match nothing cannot
+//!   change a semi, anti or mark join's answer, so it is the same answer.
+//!   Without a join filter only the keys matter, so each task sends its
+//!   distinct matching keys: at most one row per build key whatever the
+//!   size of the probe side. The build side is computed once and read by
+//!   both joins. TPC-H q4, q21 and q22 probe a fact table with a small
+//!   build side: this ships the few matching rows instead of shuffling the
+//!   whole fact table.
+//! - **Partition** (Left and Full joins with keys, and the rest): both
+//!   sides hash-shuffled on the join keys, so each task owns every probe
+//!   row that can match its build rows and its bitmap is complete for them.
+//!   A left join's probe side is usually a fact table whose every row
+//!   matches (`customer LEFT JOIN orders`): reducing it would funnel the
+//!   whole table into one task.
 //! - **Merge** (joins without keys, null-aware anti joins, which must see
 //!   every probe NULL): the probe side merged into one partition, the join
 //!   run as a single task.
@@ -26,7 +32,11 @@
 use std::sync::Arc;
 
 use datafusion::common::{JoinType, Result};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExprRef;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::utils::JoinOn;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
@@ -103,12 +113,13 @@ pub fn gather_probe_side(plan: Arc<dyn ExecutionPlan>) -> Result<ProbeSide> {
     plan.with_new_children(vec![build, merged]).map(unchanged)
 }
 
-/// Join types whose answer only depends on the probe rows that match some
-/// build row (a Full join also emits the unmatched probe rows).
+/// Join types whose answer only depends on whether a build row has a
+/// matching probe row (a left join also emits the probe rows, a full join
+/// the unmatched ones too).
 fn reduces_probe_side(join_type: &JoinType) -> bool {
     matches!(
         join_type,
-        JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark
+        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark
     )
 }
 
@@ -124,7 +135,8 @@ fn is_merge(build: &Arc<dyn ExecutionPlan>) -> bool {
     }
 }
 
-/// `join(build, probe)` as `join(build, merge(right_semi(build, probe)))`.
+/// `join(build, probe)` as `join(build, merge(right_semi(build, probe)))`,
+/// or over the distinct matching keys when the join has no filter.
 fn reduce_probe_side(
     join: &HashJoinExec,
     build: Arc<dyn ExecutionPlan>,
@@ -141,9 +153,14 @@ fn reduce_probe_side(
         .reset_state()
         .recompute_properties()
         .build_exec()?;
+    let (matching, on) = match join.filter() {
+        Some(_) => (matching, join.on().to_vec()),
+        None => matching_keys(join, matching)?,
+    };
     let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(matching));
     let plan = join
         .builder()
+        .with_on(on)
         .with_new_children(vec![Arc::clone(&build), merged])?
         .reset_state()
         .recompute_properties()
@@ -152,6 +169,41 @@ fn reduce_probe_side(
         plan,
         shared_build: Some(build),
     })
+}
+
+/// The probe keys of `matching`, distinct per task (a partial aggregation:
+/// it may pass duplicates through when they are rare, which a semi or anti
+/// join does not mind), and the join keys that read them.
+fn matching_keys(
+    join: &HashJoinExec,
+    matching: Arc<dyn ExecutionPlan>,
+) -> Result<(Arc<dyn ExecutionPlan>, JoinOn)> {
+    let keys: Vec<(PhysicalExprRef, String)> = join
+        .on()
+        .iter()
+        .enumerate()
+        .map(|(i, (_, probe_key))| (Arc::clone(probe_key), format!("__squadron_key_{i}")))
+        .collect();
+    let on = join
+        .on()
+        .iter()
+        .zip(&keys)
+        .enumerate()
+        .map(|(i, ((build_key, _), (_, name)))| {
+            let key: PhysicalExprRef = Arc::new(Column::new(name, i));
+            (Arc::clone(build_key), key)
+        })
+        .collect();
+    let schema = matching.schema();
+    let distinct = AggregateExec::try_new(
+        AggregateMode::Partial,
+        PhysicalGroupBy::new_single(keys),
+        vec![],
+        vec![],
+        matching,
+        schema,
+    )?;
+    Ok((Arc::new(distinct), on))
 }
 
 fn partition_both_sides(
@@ -239,8 +291,9 @@ mod tests {
             // LeftSemi / LeftAnti with a filter over both sides.
             "SELECT * FROM b WHERE EXISTS (SELECT 1 FROM p WHERE p.k = b.k AND p.v <> b.v)",
             "SELECT * FROM b WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.k = b.k AND p.v > b.v)",
-            // Left outer: the matched probe rows come with their columns.
-            "SELECT b.k, b.v, p.v FROM b LEFT JOIN p ON b.k = p.k AND p.v < 2",
+            // Without a filter: the distinct matching keys.
+            "SELECT * FROM b WHERE EXISTS (SELECT 1 FROM p WHERE p.k = b.k)",
+            "SELECT * FROM b WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.k = b.k)",
             // LeftMark: EXISTS under an OR.
             "SELECT * FROM b WHERE b.v > 4 OR EXISTS (SELECT 1 FROM p WHERE p.k = b.k)",
         ];
@@ -265,6 +318,13 @@ mod tests {
                 .data;
             let shown = displayable(rewritten.as_ref()).indent(true).to_string();
             assert!(shown.contains("join_type=RightSemi"), "{sql}:\n{shown}");
+            // Without a join filter only the distinct keys travel.
+            let filtered = sql.contains(" AND ");
+            assert_eq!(
+                shown.contains("as __squadron_key_0]"),
+                !filtered,
+                "{sql}:\n{shown}"
+            );
             let actual = collect(rewritten, ctx.task_ctx()).await.unwrap();
             assert_eq!(sorted(&actual), sorted(&expected), "{sql}:\n{shown}");
         }
