@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::sql::client::FlightSqlServiceClient;
@@ -15,21 +16,31 @@ use squadron_server::{start, RunningServer, ServerOptions};
 use tonic::transport::Channel;
 use tonic::Status;
 
-/// The `squadron-worker` binary next to this test's build, built on demand.
+/// The `squadron-worker` binary next to this test's build, brought up to
+/// date once per test run: a binary left from before a change to the
+/// worker would speak an older plan encoding and fail in confusing ways
+/// (cargo only rebuilds the test's own dependencies, not other packages'
+/// binaries). A fresh binary costs cargo a second to confirm.
 pub fn worker_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    // target/<profile>/deps/<test> → target/<profile>/squadron-worker
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("squadron-worker");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "squadron-worker", "--bin", "squadron-worker"])
-            .status()
-            .expect("running cargo build");
-        assert!(status.success(), "building squadron-worker failed");
-    }
-    bin
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test binary path");
+            // target/<profile>/deps/<test> → target/<profile>/squadron-worker
+            let dir = exe.parent().and_then(Path::parent).expect("target dir");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut args = vec!["build", "-p", "squadron-worker", "--bin", "squadron-worker"];
+            if dir.ends_with("release") {
+                args.push("--release");
+            }
+            let status = Command::new(cargo)
+                .args(&args)
+                .status()
+                .expect("running cargo build");
+            assert!(status.success(), "building squadron-worker failed");
+            dir.join("squadron-worker")
+        })
+        .clone()
 }
 
 /// A worker process on an ephemeral loopback port, killed on drop.
