@@ -266,6 +266,20 @@ mod tests {
         MemTable::try_new(schema, batches).unwrap()
     }
 
+    /// A session with tables `b` (build side) and `p` (probe side), two
+    /// partitions each.
+    fn tables(b: &[(Option<i64>, i64)], p: &[(Option<i64>, i64)]) -> SessionContext {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        ctx.register_table("b", Arc::new(table(b, 2))).unwrap();
+        ctx.register_table("p", Arc::new(table(p, 2))).unwrap();
+        ctx
+    }
+
+    async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        let frame = ctx.sql(sql).await.unwrap();
+        frame.create_physical_plan().await.unwrap()
+    }
+
     fn sorted(batches: &[RecordBatch]) -> Vec<String> {
         let text = pretty_format_batches(batches).unwrap().to_string();
         let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
@@ -275,8 +289,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_reduced_probe_side_gives_the_single_node_answer() {
-        let config = SessionConfig::new().with_target_partitions(2);
-        let ctx = SessionContext::new_with_config(config);
         let small: Vec<_> = (0..6)
             .map(|i| (Some(i % 4), i))
             .chain([(None, 9)])
@@ -285,8 +297,7 @@ mod tests {
             .map(|i| (Some(i % 7), i % 5))
             .chain([(None, 1), (None, 2)])
             .collect();
-        ctx.register_table("b", Arc::new(table(&small, 2))).unwrap();
-        ctx.register_table("p", Arc::new(table(&big, 2))).unwrap();
+        let ctx = tables(&small, &big);
         let queries = [
             // LeftSemi / LeftAnti with a filter over both sides.
             "SELECT * FROM b WHERE EXISTS (SELECT 1 FROM p WHERE p.k = b.k AND p.v <> b.v)",
@@ -298,13 +309,7 @@ mod tests {
             "SELECT * FROM b WHERE b.v > 4 OR EXISTS (SELECT 1 FROM p WHERE p.k = b.k)",
         ];
         for sql in queries {
-            let plan = ctx
-                .sql(sql)
-                .await
-                .unwrap()
-                .create_physical_plan()
-                .await
-                .unwrap();
+            let plan = physical_plan(&ctx, sql).await;
             let expected = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
             let rewritten = plan
                 .transform_up(|node| {
@@ -332,19 +337,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_shared_build_side_is_one_stage_read_by_both_joins() {
-        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
         let small: Vec<_> = (0..6).map(|i| (Some(i), i)).collect();
         let big: Vec<_> = (0..40).map(|i| (Some(i % 7), i)).collect();
-        ctx.register_table("b", Arc::new(table(&small, 2))).unwrap();
-        ctx.register_table("p", Arc::new(table(&big, 2))).unwrap();
+        let ctx = tables(&small, &big);
         let sql = "SELECT * FROM b WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.k = b.k)";
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical_plan(&ctx, sql).await;
         let graph = crate::planner::build_job_graph(plan).unwrap();
         let shown = graph.to_string();
         // The build side: 2 channels for the reducing join's 2 tasks, one
