@@ -23,6 +23,11 @@ pub const WORKER_TASK_SECONDS: &str = "squadron_worker_task_duration_seconds";
 pub const SHUFFLE_BYTES: &str = "squadron_shuffle_sent_bytes_total";
 pub const SHUFFLE_BATCHES: &str = "squadron_shuffle_sent_batches_total";
 pub const WORKER_MEMORY_RESERVED: &str = "squadron_worker_memory_reserved_bytes";
+pub const WORKER_STAGE_PLANS: &str = "squadron_worker_stage_plans_total";
+
+/// Where a task's plan came from (`source` label): decoded from its
+/// request, or shared with a running task of the same stage.
+pub const STAGE_PLAN_SOURCES: &[&str] = &["decoded", "shared"];
 
 /// Outcomes of a task (`outcome` label).
 pub const TASK_OUTCOMES: &[&str] = &["succeeded", "failed", "cancelled"];
@@ -63,6 +68,13 @@ pub fn describe_worker() {
         Unit::Bytes,
         "Execution memory reserved by the tasks of this worker"
     );
+    describe_counter!(
+        WORKER_STAGE_PLANS,
+        "Task plans, by source: decoded, or shared with a running task of the same stage"
+    );
+    for source in STAGE_PLAN_SOURCES {
+        counter!(WORKER_STAGE_PLANS, "source" => *source).increment(0);
+    }
     for outcome in TASK_OUTCOMES {
         counter!(WORKER_TASKS, "outcome" => *outcome).increment(0);
     }

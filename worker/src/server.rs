@@ -18,7 +18,7 @@ use crate::object_stores::{ObjectStores, StoreOptions};
 use crate::plan::guard::DataRoots;
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::stream::StreamManager;
-use crate::task::{Failpoint, TaskRegistry, TaskRunner};
+use crate::task::{Failpoint, StagePlans, TaskRegistry, TaskRunner};
 use crate::tls::client::ClusterClientTls;
 use crate::tls::conn::{incoming, peer_roles};
 use crate::tls::server_config::{server_config, ReloadingCert};
@@ -52,6 +52,8 @@ pub struct WorkerOptions {
 pub struct Worker {
     pub streams: StreamManager,
     pub tasks: TaskRegistry,
+    /// Decoded plans shared by the running tasks of a stage.
+    pub stage_plans: StagePlans,
     pub clients: PeerClients,
     runtime: Arc<RuntimeEnv>,
     failpoint: Option<Arc<Failpoint>>,
@@ -86,6 +88,7 @@ impl Worker {
         Ok(Self {
             streams: StreamManager::default(),
             tasks: TaskRegistry::default(),
+            stage_plans: StagePlans::default(),
             clients,
             runtime: runtime.build_arc()?,
             failpoint: options.failpoint,
@@ -117,6 +120,7 @@ impl Worker {
         let runner = TaskRunner::new(
             self.streams.clone(),
             self.tasks.clone(),
+            self.stage_plans.clone(),
             self.clients.clone(),
             Arc::clone(&self.runtime),
             self.failpoint.clone(),

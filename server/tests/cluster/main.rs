@@ -17,6 +17,7 @@ mod poll_and_schema;
 mod security;
 mod slow_reader;
 mod socket_options;
+mod stage_plans;
 mod table_formats;
 mod tpch_distributed;
 mod worker_faults;

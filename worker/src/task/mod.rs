@@ -4,7 +4,9 @@ pub mod failpoint;
 pub mod pool;
 pub mod registry;
 pub mod runner;
+pub mod stage_plans;
 
 pub use failpoint::Failpoint;
 pub use registry::{AttemptKey, TaskEntry, TaskRegistry};
 pub use runner::{PreparedTask, TaskOwner, TaskRunner};
+pub use stage_plans::StagePlans;

@@ -24,6 +24,7 @@ use tonic::Status;
 
 use super::failpoint::{Failpoint, Fault};
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
+use super::stage_plans::{StageAttempt, StagePlanLease, StagePlans};
 use crate::client::PeerClients;
 use crate::configured_functions::refresh_configured_functions;
 use crate::error::{is_upstream, status_code};
@@ -44,6 +45,9 @@ pub struct PreparedTask {
     stream_keys: Vec<StreamKey>,
     entry: TaskEntry,
     task_ctx: Arc<TaskContext>,
+    /// Shares the decoded stage plan with this stage's other tasks here
+    /// until the task ends.
+    stage_plan: StagePlanLease,
     /// Set by the test failpoint: the task panics when it starts.
     panic: bool,
 }
@@ -77,12 +81,14 @@ pub struct TaskRunner {
     clients: PeerClients,
     failpoint: Option<Arc<Failpoint>>,
     data_roots: DataRoots,
+    stage_plans: StagePlans,
 }
 
 impl TaskRunner {
     pub fn new(
         streams: StreamManager,
         tasks: TaskRegistry,
+        stage_plans: StagePlans,
         clients: PeerClients,
         runtime: Arc<RuntimeEnv>,
         failpoint: Option<Arc<Failpoint>>,
@@ -97,6 +103,7 @@ impl TaskRunner {
             clients,
             failpoint,
             data_roots,
+            stage_plans,
         }
     }
 
@@ -122,9 +129,20 @@ impl TaskRunner {
         let output = definition.output.unwrap_or_default();
         let channels = output.channels.max(1) as usize;
         let task_ctx = self.task_context(&definition.settings)?;
-        let plan = decode_plan(&definition.plan, &task_ctx)
-            .map_err(|e| Status::invalid_argument(format!("cannot decode the task plan: {e}")))?;
-        check_plan(&plan, &self.data_roots)?;
+        let stage = StageAttempt {
+            job_id: key.job_id.clone(),
+            stage_id: key.stage_id,
+            attempt: request.attempt,
+        };
+        let (plan, stage_plan) = self
+            .stage_plans
+            .get_or_decode(stage, &definition.plan, || {
+                let plan = decode_plan(&definition.plan, &task_ctx).map_err(|e| {
+                    Status::invalid_argument(format!("cannot decode the task plan: {e}"))
+                })?;
+                check_plan(&plan, &self.data_roots)?;
+                Ok(plan)
+            })?;
         let plan = bind_inputs(
             plan,
             key,
@@ -209,6 +227,7 @@ impl TaskRunner {
             stream_keys,
             entry,
             task_ctx,
+            stage_plan,
             panic: fault == Some(Fault::Panic),
         })
     }
@@ -229,10 +248,12 @@ impl TaskRunner {
             writer,
             entry,
             task_ctx: ctx,
+            stage_plan,
             panic,
             ..
         } = task;
         let task = async move {
+            let _shared_while_running = stage_plan;
             let started = std::time::Instant::now();
             metrics::gauge!(crate::metrics::WORKER_TASKS_RUNNING).increment(1.0);
             let token = entry.token().clone();

@@ -142,19 +142,25 @@ pub async fn coordinator_with(options: ServerOptions) -> RunningServer {
     start(options).await.expect("starting the coordinator")
 }
 
-/// Waits until the embedded workers run no task and hold no stream, or
-/// panics naming what is left after `within`.
+/// Waits until the embedded workers run no task and hold no stream and no
+/// decoded plan, or panics naming what is left after `within`.
 pub async fn assert_workers_idle(server: &RunningServer, within: std::time::Duration, after: &str) {
     let deadline = std::time::Instant::now() + within;
     loop {
         let tasks: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
         let streams: usize = server.local_workers.iter().map(|w| w.streams.len()).sum();
-        if tasks == 0 && streams == 0 {
+        let plans: usize = server
+            .local_workers
+            .iter()
+            .map(|w| w.stage_plans.len())
+            .sum();
+        if tasks == 0 && streams == 0 && plans == 0 {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{tasks} tasks and {streams} streams left on the workers after {after}"
+            "{tasks} tasks, {streams} streams and {plans} decoded plans left on the workers \
+             after {after}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
