@@ -41,6 +41,7 @@ use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::planner::file_group_partitions::PairedInputsHashRouted;
 use crate::planner::one_partition::NoShuffleAfterOnePartition;
+use crate::planner::pruned_scan_ranges::PrunedScanRanges;
 use crate::planner::scalar_subquery::CheckedScalarSubqueries;
 use crate::planner::statistics_bounds::FileStatisticsAsBounds;
 use crate::scheduler::JobRunner;
@@ -208,6 +209,9 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
         .unwrap_or(physical_rules.len());
     physical_rules.insert(sanity_check, Arc::new(PairedInputsHashRouted));
     physical_rules.insert(sanity_check, Arc::new(NoShuffleAfterOnePartition));
+    // Last: it sees the partitioning the rules above settled on.
+    let footers = runtime.cache_manager.get_file_metadata_cache();
+    physical_rules.insert(sanity_check + 2, Arc::new(PrunedScanRanges::new(footers)));
     let mut state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)

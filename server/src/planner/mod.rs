@@ -10,6 +10,7 @@ pub mod job_graph;
 pub mod local;
 pub mod one_partition;
 pub mod placeholders;
+pub mod pruned_scan_ranges;
 pub mod readers;
 pub mod scalar_subquery;
 pub mod statistics_bounds;

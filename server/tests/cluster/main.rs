@@ -14,6 +14,7 @@ mod graceful_shutdown;
 mod job_graph_snapshots;
 mod lifecycle;
 mod poll_and_schema;
+mod pruned_ranges;
 mod security;
 mod slow_reader;
 mod socket_options;

@@ -1,0 +1,387 @@
+//! Parquet ranges that cannot hold a matching row are not scheduled.
+//!
+//! DataFusion splits a Parquet scan into file ranges, one group per target
+//! partition, and each reader skips the row groups its predicate rules out
+//! by their statistics. For Squadron each group is a task: a worker is asked
+//! to run it, decodes its plan, opens the file, prunes everything and
+//! streams back nothing. A point lookup on a sorted key (one row group of
+//! ten) ran two tasks on two workers where one had work.
+//!
+//! The coordinator already holds each file's footer (DataFusion cached it
+//! when it gathered the table's statistics), so this rule applies the same
+//! pruning the reader will (the range's row groups, then their statistics)
+//! at planning time, and drops the files and groups left with nothing to
+//! read. Fewer groups means fewer tasks; a scan left with no match keeps one
+//! range so that its stage still runs and answers with no rows.
+//!
+//! Conservative by construction: a file is dropped only when its cached
+//! footer matches the listed file (size and modification time), the
+//! predicate reads file columns only, and each of those columns has the
+//! table's type in the file (view and plain strings count as one). A scan
+//! is changed only where its partition count may shrink: on a chain of
+//! single-input operators below the result, a repartition or a merge
+//! (operators that pair partitions of several inputs keep theirs), and not
+//! when it declares a partitioning of its own.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::Result;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
+use datafusion::datasource::physical_plan::parquet::{
+    ParquetAccessPlan, ParquetFileMetrics, RowGroupAccessPlanFilter,
+};
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfigBuilder, FileSource, ParquetSource,
+};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
+use datafusion::parquet::arrow::parquet_to_arrow_schema;
+use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::physical_expr::utils::collect_columns;
+use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
+
+/// Drops Parquet ranges whose row groups the scan's predicate rules out.
+#[derive(Debug)]
+pub struct PrunedScanRanges {
+    footers: Arc<FileMetadataCache>,
+}
+
+impl PrunedScanRanges {
+    /// Prunes with the footers in `footers` (the planning runtime's file
+    /// metadata cache); files without a cached footer are kept.
+    pub fn new(footers: Arc<FileMetadataCache>) -> Self {
+        Self { footers }
+    }
+
+    /// `plan` with its scans pruned; `free` says whether its partition
+    /// count may change.
+    fn prune(&self, plan: Arc<dyn ExecutionPlan>, free: bool) -> Result<Arc<dyn ExecutionPlan>> {
+        if free {
+            if let Some(pruned) = self.pruned_scan(&plan)? {
+                return Ok(pruned);
+            }
+        }
+        let children = plan.children();
+        if children.is_empty() {
+            return Ok(plan);
+        }
+        let resets = plan.downcast_ref::<RepartitionExec>().is_some()
+            || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
+            || plan.downcast_ref::<SortPreservingMergeExec>().is_some();
+        let child_free = resets || (free && children.len() == 1);
+        let mut changed = false;
+        let mut new_children = Vec::with_capacity(children.len());
+        for child in children {
+            let new_child = self.prune(Arc::clone(child), child_free)?;
+            changed |= !Arc::ptr_eq(&new_child, child);
+            new_children.push(new_child);
+        }
+        if !changed {
+            return Ok(plan);
+        }
+        #[allow(deprecated)] // replace_children needs options we have no use for
+        plan.with_new_children(new_children)
+    }
+
+    /// The scan with its unread ranges dropped, if it is a Parquet scan
+    /// that has any.
+    fn pruned_scan(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(scan) = plan.downcast_ref::<DataSourceExec>() else {
+            return Ok(None);
+        };
+        let Some((config, parquet)) = scan.downcast_to_file_source::<ParquetSource>() else {
+            return Ok(None);
+        };
+        let Some(predicate) = parquet.filter() else {
+            return Ok(None);
+        };
+        if config.output_partitioning.is_some()
+            || !parquet.table_parquet_options().global.pruning
+            || config.file_groups.len() < 2
+        {
+            return Ok(None);
+        }
+        let file_schema = Arc::clone(config.file_schema());
+        if collect_columns(&predicate)
+            .iter()
+            .any(|column| column.index() >= file_schema.fields().len())
+        {
+            return Ok(None);
+        }
+        // None when it can rule nothing out.
+        let Some(pruning) = PruningPredicateBuilder::new()
+            .with_file_schema(file_schema)
+            .build(Arc::clone(&predicate))
+        else {
+            return Ok(None);
+        };
+        let groups: Vec<FileGroup> = config
+            .file_groups
+            .iter()
+            .map(|group| {
+                FileGroup::new(
+                    group
+                        .iter()
+                        .filter(|file| self.may_match(file, &pruning, &predicate))
+                        .cloned()
+                        .collect(),
+                )
+            })
+            .filter(|group| !group.is_empty())
+            .collect();
+        let read = groups.iter().map(FileGroup::len).sum::<usize>();
+        let listed = config.file_groups.iter().map(FileGroup::len).sum::<usize>();
+        if read == listed {
+            return Ok(None);
+        }
+        let groups = match groups.is_empty() {
+            false => groups,
+            // Nothing matches: one range still runs, and answers no rows.
+            true => vec![FileGroup::new(config.file_groups[0].files()[..1].to_vec())],
+        };
+        tracing::debug!(
+            listed,
+            read,
+            groups = groups.len(),
+            "ranges without a matching row group dropped from a scan"
+        );
+        let config = FileScanConfigBuilder::from(config.clone())
+            .with_file_groups(groups)
+            .build();
+        Ok(Some(DataSourceExec::from_data_source(config)))
+    }
+
+    /// False only when no row group of `file`'s range can hold a row the
+    /// predicate accepts, by the statistics in its cached footer.
+    fn may_match(
+        &self,
+        file: &PartitionedFile,
+        pruning: &PruningPredicate,
+        predicate: &Arc<dyn PhysicalExpr>,
+    ) -> bool {
+        if !file.extensions.is_empty() {
+            // An access plan of the caller's own: the reader follows it.
+            return true;
+        }
+        let Some(footer) = self.footer(file) else {
+            return true;
+        };
+        if !same_column_types(&footer, pruning.schema(), predicate) {
+            return true;
+        }
+        let row_groups = footer.row_groups();
+        let mut plan = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(row_groups.len()));
+        if let Some(range) = &file.range {
+            plan.prune_by_range(row_groups, range);
+        }
+        let metrics = ParquetFileMetrics::new(
+            0,
+            file.object_meta.location.as_ref(),
+            &ExecutionPlanMetricsSet::new(),
+        );
+        plan.prune_by_statistics(
+            pruning.schema(),
+            footer.file_metadata().schema_descr(),
+            row_groups,
+            pruning,
+            &metrics,
+        );
+        // (`is_empty` would say whether the file has row groups at all.)
+        plan.remaining_row_group_count() > 0
+    }
+
+    /// The footer DataFusion cached for this very file (same size and
+    /// modification time), if any.
+    fn footer(&self, file: &PartitionedFile) -> Option<Arc<ParquetMetaData>> {
+        let entry = self.footers.get(&file.object_meta.location)?;
+        if !entry.is_valid_for(&file.object_meta) {
+            return None;
+        }
+        let cached = entry
+            .file_metadata
+            .as_any()
+            .downcast_ref::<CachedParquetMetaData>()?;
+        Some(Arc::clone(cached.parquet_metadata()))
+    }
+}
+
+impl PhysicalOptimizerRule for PrunedScanRanges {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.prune(plan, true)
+    }
+
+    fn name(&self) -> &str {
+        "pruned_scan_ranges"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Whether every column `predicate` reads has, in the file, the type the
+/// table gives it (a file's string views and the table's plain strings are
+/// read as one), so that statistics read as the table's types mean what the
+/// reader's would.
+fn same_column_types(
+    footer: &ParquetMetaData,
+    table: &SchemaRef,
+    predicate: &Arc<dyn PhysicalExpr>,
+) -> bool {
+    let file = footer.file_metadata();
+    let Ok(in_file) = parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
+    else {
+        return false;
+    };
+    collect_columns(predicate).iter().all(|column| {
+        let Ok(wanted) = table.field_with_name(column.name()) else {
+            return false;
+        };
+        let Ok(stored) = Schema::field_with_name(&in_file, column.name()) else {
+            return false;
+        };
+        plain(stored.data_type()) == plain(wanted.data_type())
+    })
+}
+
+fn plain(data_type: &DataType) -> &DataType {
+    match data_type {
+        DataType::Utf8View => &DataType::Utf8,
+        DataType::BinaryView => &DataType::Binary,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::common::tree_node::TreeNode;
+    use datafusion::execution::runtime_env::RuntimeEnv;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use crate::server::planning_context;
+
+    /// One Parquet file of 8,000 rows sorted on `k`, in row groups of 1,000,
+    /// as table `t` of `ctx`, split into four ranges as DataFusion splits
+    /// large files.
+    async fn sorted_table(ctx: &SessionContext, dir: &std::path::Path) {
+        let file = dir.join("t.parquet");
+        let statements = [
+            "SET datafusion.execution.parquet.max_row_group_size = 1000".to_string(),
+            format!(
+                "COPY (SELECT value AS k, value * 2 AS v FROM generate_series(1, 8000)) \
+                 TO '{}' STORED AS PARQUET",
+                file.display()
+            ),
+            format!(
+                "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+                file.display()
+            ),
+        ];
+        for sql in statements {
+            ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        }
+    }
+
+    fn config() -> SessionConfig {
+        let mut config = SessionConfig::new().with_target_partitions(4);
+        config.options_mut().optimizer.repartition_file_min_size = 0;
+        config
+    }
+
+    /// The file groups of the plan's scans, and its answer.
+    async fn plan_and_answer(ctx: &SessionContext, sql: &str) -> (Vec<usize>, String) {
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let mut groups = vec![];
+        plan.apply(|node| {
+            if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
+                if let Some((config, _)) = scan.downcast_to_file_source::<ParquetSource>() {
+                    groups.push(config.file_groups.len());
+                }
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        let batches = collect(plan, ctx.task_ctx()).await.unwrap();
+        (groups, pretty_format_batches(&batches).unwrap().to_string())
+    }
+
+    async fn oracle(sql: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = SessionContext::new_with_config(config());
+        sorted_table(&ctx, dir.path()).await;
+        plan_and_answer(&ctx, sql).await.1
+    }
+
+    async fn pruned(sql: &str) -> (Vec<usize>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = planning_context(config(), Arc::new(RuntimeEnv::default()));
+        sorted_table(&ctx, dir.path()).await;
+        plan_and_answer(&ctx, sql).await
+    }
+
+    #[tokio::test]
+    async fn only_the_ranges_that_may_match_are_scheduled() {
+        for (sql, groups) in [
+            ("SELECT k, v FROM t WHERE k = 4321", vec![1]),
+            (
+                "SELECT k, v FROM t WHERE k < 300 OR k > 7900 ORDER BY k",
+                vec![2],
+            ),
+            ("SELECT count(*), sum(v) FROM t WHERE k > 1000000", vec![1]),
+            ("SELECT count(*), sum(v) FROM t WHERE v > 0", vec![4]),
+        ] {
+            let (got_groups, answer) = pruned(sql).await;
+            assert_eq!(got_groups, groups, "{sql}");
+            assert_eq!(answer, oracle(sql).await, "{sql}");
+        }
+    }
+
+    #[tokio::test]
+    async fn scans_paired_by_a_join_keep_their_partitions() {
+        let sql = "SELECT count(*), sum(a.v + b.v) FROM t a JOIN t b ON a.k = b.k \
+                   WHERE a.k < 300 AND b.k < 300";
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config();
+        // A partitioned join: each side hash-repartitioned, so each scan
+        // still may shrink below its repartition; the join's inputs agree.
+        config
+            .options_mut()
+            .optimizer
+            .hash_join_single_partition_threshold = 0;
+        config
+            .options_mut()
+            .optimizer
+            .hash_join_single_partition_threshold_rows = 0;
+        let ctx = planning_context(config.clone(), Arc::new(RuntimeEnv::default()));
+        sorted_table(&ctx, dir.path()).await;
+        let (groups, answer) = plan_and_answer(&ctx, sql).await;
+        assert_eq!(groups, vec![1, 1]);
+
+        let oracle_dir = tempfile::tempdir().unwrap();
+        let oracle_ctx = SessionContext::new_with_config(config);
+        sorted_table(&oracle_ctx, oracle_dir.path()).await;
+        assert_eq!(answer, plan_and_answer(&oracle_ctx, sql).await.1);
+    }
+}

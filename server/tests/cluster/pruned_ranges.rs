@@ -1,0 +1,54 @@
+//! A filter on a sorted column schedules only the file ranges whose row
+//! groups may hold a match, and the answers stay the single-node ones.
+
+use datafusion::prelude::SessionContext;
+use squadron_server::answers::same_rows;
+use squadron_server::catalog::TableSpec;
+
+use crate::support::{client, coordinator_with, oracle, oracle_context, query, test_options};
+
+/// One Parquet file of 40,000 rows sorted on `k`, in row groups of 2,000.
+async fn write_sorted_file(path: &std::path::Path) {
+    let ctx = SessionContext::new();
+    for sql in [
+        "SET datafusion.execution.parquet.max_row_group_size = 2000".to_string(),
+        format!(
+            "COPY (SELECT value AS k, value % 97 AS v, 'name ' || value AS name \
+             FROM generate_series(1, 40000)) TO '{}' STORED AS PARQUET",
+            path.display()
+        ),
+    ] {
+        ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_point_lookup_runs_only_the_task_that_may_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sorted.parquet");
+    write_sorted_file(&file).await;
+    let tables: Vec<TableSpec> = vec![format!("sorted={}", file.display()).parse().unwrap()];
+    let mut options = test_options(vec![], tables.clone());
+    // Split even this small file into one range per partition (4), as
+    // DataFusion splits files over 10 MiB.
+    options.settings = vec![(
+        "datafusion.optimizer.repartition_file_min_size".into(),
+        "0".into(),
+    )];
+    let server = coordinator_with(options).await;
+    let mut client = client(&server).await;
+    let ctx = oracle_context(&tables).await;
+
+    for (sql, tasks) in [
+        ("SELECT k, v, name FROM sorted WHERE k = 12345", 1),
+        ("SELECT k, v FROM sorted WHERE k < 500 OR k > 39800", 2),
+        ("SELECT k, name FROM sorted WHERE k > 100000", 1),
+        ("SELECT k, v FROM sorted WHERE v = 3", 4),
+    ] {
+        let expected = oracle(&ctx, sql).await;
+        let actual = query(&mut client, sql).await.unwrap();
+        same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{sql}: {diff}"));
+        let job = server.coordinator.recent_jobs().pop().unwrap();
+        assert_eq!((job.stages, job.tasks), (1, tasks), "{sql}");
+    }
+}
