@@ -43,6 +43,11 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 pub const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
+/// Largest HTTP/2 frame a peer may send on our channels. Streams carry
+/// Flight messages of up to a few MiB; at the default 16 KiB each is cut
+/// into hundreds of frames, each one read, checked and copied on its own.
+pub const MAX_FRAME: u32 = 1024 * 1024;
+
 /// Peer channels kept open at once; far more than a cluster has workers.
 pub const MAX_CHANNELS: usize = 1024;
 
@@ -95,6 +100,7 @@ impl PeerClients {
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME)
             .connect_timeout(CONNECT_TIMEOUT)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
