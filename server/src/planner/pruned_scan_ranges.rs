@@ -49,6 +49,12 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 
+/// Most file ranges one scan has checked at planning. The check runs on the
+/// coordinator, one range after another, for every statement; a scan of
+/// more ranges than this has more than enough for every task, and its
+/// readers prune in parallel on the workers.
+const MAX_RANGES_CHECKED: usize = 256;
+
 /// Drops Parquet ranges whose row groups the scan's predicate rules out.
 #[derive(Debug)]
 pub struct PrunedScanRanges {
@@ -104,9 +110,11 @@ impl PrunedScanRanges {
         let Some(predicate) = parquet.filter() else {
             return Ok(None);
         };
+        let listed = config.file_groups.iter().map(FileGroup::len).sum::<usize>();
         if config.output_partitioning.is_some()
             || !parquet.table_parquet_options().global.pruning
             || config.file_groups.len() < 2
+            || listed > MAX_RANGES_CHECKED
         {
             return Ok(None);
         }
@@ -139,7 +147,6 @@ impl PrunedScanRanges {
             .filter(|group| !group.is_empty())
             .collect();
         let read = groups.iter().map(FileGroup::len).sum::<usize>();
-        let listed = config.file_groups.iter().map(FileGroup::len).sum::<usize>();
         if read == listed {
             return Ok(None);
         }
