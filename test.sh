@@ -12,8 +12,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== build"
 cargo build --workspace --bins --tests --locked
-# The README's run command names no binary: it must resolve.
-cargo run --quiet --locked -p squadron-server -- --help > /dev/null
+# The README's run command (`cargo run -p squadron-server`) names no
+# binary: the package's default-run must name the server. Checked here
+# without `cargo run -p`, whose feature set differs from the workspace's
+# and made every test run compile DataFusion twice more (there and back).
+metadata=$(cargo metadata --no-deps --format-version 1 --locked)
+grep -q '"default_run":"squadron-server"' <<< "$metadata"
+"${CARGO_TARGET_DIR:-target}/debug/squadron-server" --help > /dev/null
 
 echo "== rust tests"
 cargo test --workspace --locked
