@@ -18,7 +18,9 @@
 //! full with a collected build side) first see their whole probe side:
 //! reduced to the matching rows, partitioned, or merged (see `build_side`).
 //! A build side the reduction shares between two joins is cut once: its
-//! stage then feeds two consumer stages, each on channels of its own.
+//! stage then feeds two consumer stages, each on channels of its own. So is
+//! a selective build side that first reduces the shuffles below its join
+//! (`reduced_shuffles`, applied before cutting).
 //!
 //! Only operators on the allow-list (`allow_list`) are split; any other
 //! runs with its whole subtree in one task, or the query is refused.
@@ -30,6 +32,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -44,6 +47,7 @@ use super::allow_list::{split_rule, Split};
 use super::build_side::{gather_probe_side, ProbeSide};
 use super::job_graph::{JobGraph, Stage, StageOutput};
 use super::readers::assign_readers;
+use super::reduced_shuffles::reduce_shuffles;
 
 /// Cuts `plan` into a job graph.
 pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
@@ -64,7 +68,9 @@ pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     } else {
         plan
     };
+    let plan = reduce_shuffles(plan)?;
     let mut cutter = Cutter::default();
+    cutter.share_repeated_merges(&plan);
     let root = cutter.cut(plan)?;
     let tasks = root.output_partitioning().partition_count();
     let final_id = cutter.stages.len();
@@ -101,6 +107,29 @@ fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
 }
 
 impl Cutter {
+    /// Registers every merge the plan reaches more than once (a build side
+    /// that `reduced_shuffles` also gave to the joins reducing shuffles):
+    /// cut once, it is one stage that each of its readers reads.
+    fn share_repeated_merges(&mut self, plan: &Arc<dyn ExecutionPlan>) {
+        let mut seen: HashMap<usize, usize> = HashMap::new();
+        let _ = plan.apply(|node| {
+            if node.is::<CoalescePartitionsExec>() {
+                *seen.entry(address(node)).or_default() += 1;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let _ = plan.apply(|node| {
+            let address = address(node);
+            if seen.get(&address).is_some_and(|&count| count > 1) {
+                self.shared.entry(address).or_insert_with(|| SharedSubtree {
+                    _kept: Arc::clone(node),
+                    cut: None,
+                });
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+
     /// Cuts `plan`, or gives what cutting it gave before when it is a
     /// shared subtree: one producer stage then feeds both consumers.
     fn cut(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -121,11 +150,12 @@ impl Cutter {
         }
         let ProbeSide { plan, shared_build } = gather_probe_side(plan)?;
         if let Some(build) = shared_build {
-            let subtree = SharedSubtree {
-                _kept: Arc::clone(&build),
-                cut: None,
-            };
-            self.shared.insert(address(&build), subtree);
+            self.shared
+                .entry(address(&build))
+                .or_insert_with(|| SharedSubtree {
+                    _kept: Arc::clone(&build),
+                    cut: None,
+                });
         }
         let children = plan.children();
         let mut new_children = Vec::with_capacity(children.len());

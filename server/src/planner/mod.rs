@@ -12,6 +12,7 @@ pub mod one_partition;
 pub mod placeholders;
 pub mod pruned_scan_ranges;
 pub mod readers;
+pub mod reduced_shuffles;
 pub mod scalar_subquery;
 pub mod statistics_bounds;
 

@@ -1,0 +1,650 @@
+//! Rows a selective collected join will drop are dropped before a shuffle.
+//!
+//! A collected (CollectLeft) inner or right-semi hash join keeps only the
+//! probe rows whose keys its build side holds; a left semi, anti or mark
+//! join answers with build rows, which probe rows that match none do not
+//! change. In one process dropping those rows is cheap wherever it
+//! happens. Split into stages, every probe row that reaches such a join
+//! through a shuffle was first encoded, sent and decoded, and often joined
+//! or aggregated on the way, only to be dropped. TPC-H q18 shuffles all of
+//! `lineitem` (6 M rows) and `orders` into a partitioned join, whose output
+//! a right-semi join then cuts to the 57 orders of its build side.
+//!
+//! A partitioned inner or semi join drops each input's rows whose key the
+//! other input lacks; when one input's keys all come from such a build side
+//! (through the operators that keep them), that build side reduces the
+//! other input. TPC-H q17 aggregates all of `lineitem` by part to compare
+//! with the lines of the few parts of one brand and container.
+//!
+//! So when the build side is selective (it filters), every shuffle on the
+//! probe side that carries the join key first keeps only the rows whose key
+//! the build side holds: a right-semi join on the same build side, inserted
+//! below the shuffle and as deep as the key column reaches in that stage
+//! (through projections, aggregations grouping by it, the probe side of a
+//! collected inner join; above filters, which cost less than a probe).
+//! Through a partitioned inner join the key reaches both inputs, by the
+//! join's own key equality. The build side is a merge, cut once into a
+//! stage whose rows every reducing join reads too (`cut`), so it is
+//! computed once.
+//!
+//! The same answer: a row the reducing join drops has a key the build side
+//! lacks (or a NULL, which matches nothing, with the join's own null
+//! handling), and every operator it passes on its way up keeps that key,
+//! so every row made from it would match nothing in the join above. The
+//! join filter, if any, is left to the join above; the reduction keeps a
+//! superset of the rows it matches.
+//!
+//! The price: a reducing stage waits for the build side before it reads
+//! its probe rows, and each of its tasks builds its own copy of it. The
+//! build side is small by DataFusion's own choice of a collected join
+//! (under `BROADCAST_BUILD_MAX_*`), and the rule only applies where a
+//! shuffle is saved and the build side filters. "Filters" is a guess at
+//! selectivity: a filter that keeps nearly every row makes the reduction
+//! pure cost (a hash probe per shuffled row and a wait), not a wrong
+//! answer.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{JoinType, Result};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExprRef;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// `plan` with the shuffles below each selective collected join reduced,
+/// deepest joins first. Applied as a plan is cut into stages, never to a
+/// plan run in one process: the build side it shares would run twice
+/// there, and a repartition in it cannot.
+pub fn reduce_shuffles(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let children = plan.children();
+    let mut new_children = Vec::with_capacity(children.len());
+    let mut changed = false;
+    for child in children {
+        let new_child = reduce_shuffles(Arc::clone(child))?;
+        changed |= !Arc::ptr_eq(child, &new_child);
+        new_children.push(new_child);
+    }
+    #[allow(deprecated)] // replace_children needs options we have no use for
+    let plan = if changed {
+        plan.with_new_children(new_children)?
+    } else {
+        plan
+    };
+    let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
+        return Ok(plan);
+    };
+    if *join.partition_mode() == PartitionMode::Partitioned {
+        return reduce_partitioned(&plan, join);
+    }
+    let Some(keys) = reducing_keys(join) else {
+        return Ok(plan);
+    };
+    let reducer = Reducer { join };
+    match reducer.below(join.right(), keys, false)? {
+        Some(probe) => join
+            .builder()
+            .with_new_children(vec![Arc::clone(join.left()), probe])?
+            .build_exec(),
+        None => Ok(plan),
+    }
+}
+
+/// A partitioned join that drops the rows of each input whose key the other
+/// input lacks: when one input's keys all come from a selective collected
+/// join's build side, that build side reduces the other input's shuffle.
+/// (TPC-H q17: the parts of one brand and container, joined to `lineitem`,
+/// meet an aggregation of all of `lineitem` by part.)
+fn reduce_partitioned(
+    plan: &Arc<dyn ExecutionPlan>,
+    join: &HashJoinExec,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let each_side_drops_unmatched = matches!(
+        join.join_type(),
+        JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
+    );
+    if !each_side_drops_unmatched || join.null_aware {
+        return Ok(Arc::clone(plan));
+    }
+    let mut left = Arc::clone(join.left());
+    let mut right = Arc::clone(join.right());
+    for (l, r) in join.on() {
+        let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>()) else {
+            continue;
+        };
+        if let Some(reduced) = reduced_by_source(join.left(), l, &right, r)? {
+            right = reduced;
+        }
+        if let Some(reduced) = reduced_by_source(join.right(), r, &left, l)? {
+            left = reduced;
+        }
+    }
+    if Arc::ptr_eq(&left, join.left()) && Arc::ptr_eq(&right, join.right()) {
+        return Ok(Arc::clone(plan));
+    }
+    join.builder()
+        .with_new_children(vec![left, right])?
+        .build_exec()
+}
+
+/// `other` reduced to the keys in column `other_key` that `side`'s column
+/// `side_key` can hold, when a selective build side holds all of those.
+fn reduced_by_source(
+    side: &Arc<dyn ExecutionPlan>,
+    side_key: &Column,
+    other: &Arc<dyn ExecutionPlan>,
+    other_key: &Column,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some((source, build_key)) = key_source(side, side_key.index()) else {
+        return Ok(None);
+    };
+    let Some(source) = source.downcast_ref::<HashJoinExec>() else {
+        return Ok(None);
+    };
+    let reducer = Reducer { join: source };
+    reducer.below(other, vec![(build_key, other_key.index())], false)
+}
+
+/// The selective collected join whose build side holds every value of
+/// column `index` of `node`, and that build side's key expression: found
+/// through the operators that keep the column's values.
+fn key_source(
+    node: &Arc<dyn ExecutionPlan>,
+    index: usize,
+) -> Option<(Arc<dyn ExecutionPlan>, PhysicalExprRef)> {
+    if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
+        return key_source(repartition.input(), index);
+    }
+    if let Some(filter) = node.downcast_ref::<FilterExec>() {
+        let index = match filter.projection() {
+            Some(projection) => *projection.get(index)?,
+            None => index,
+        };
+        return key_source(filter.input(), index);
+    }
+    if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+        let expr = &projection.expr().get(index)?.expr;
+        return key_source(projection.input(), expr.downcast_ref::<Column>()?.index());
+    }
+    if let Some(aggregate) = node.downcast_ref::<AggregateExec>() {
+        let groups = aggregate.group_expr();
+        if !groups.is_single() {
+            return None;
+        }
+        let (expr, _) = groups.expr().get(index)?;
+        return key_source(aggregate.input(), expr.downcast_ref::<Column>()?.index());
+    }
+    let join = node.downcast_ref::<HashJoinExec>()?;
+    if !matches!(join.join_type(), JoinType::Inner | JoinType::RightSemi) {
+        return None;
+    }
+    let joined = match &join.projection {
+        Some(projection) => *projection.get(index)?,
+        None => index,
+    };
+    // Right-semi output is the probe input; inner output both inputs.
+    let left_width = match join.join_type() {
+        JoinType::Inner => join.left().schema().fields().len(),
+        _ => 0,
+    };
+    let is_column = |expr: &PhysicalExprRef, at: usize| {
+        expr.downcast_ref::<Column>()
+            .is_some_and(|column| column.index() == at)
+    };
+    let matched = join
+        .on()
+        .iter()
+        .find(|(build, probe)| match joined.checked_sub(left_width) {
+            None => is_column(build, joined),
+            Some(at) => is_column(probe, at),
+        });
+    if let Some((build, _)) = matched {
+        if reducing_keys(join).is_some() {
+            return Some((Arc::clone(node), Arc::clone(build)));
+        }
+    }
+    // Not a key of this join: its probe input may still hold the source.
+    let at = joined.checked_sub(left_width)?;
+    key_source(join.right(), at)
+}
+
+/// A probe-side key: the build side's expression, and the probe column it
+/// must equal (an index into the schema of the node being visited).
+type Key = (PhysicalExprRef, usize);
+
+/// The keys of `join` when it drops the probe rows its build side lacks and
+/// that build side is a selective merge; `None` otherwise.
+fn reducing_keys(join: &HashJoinExec) -> Option<Vec<Key>> {
+    // Inner and right-semi joins drop them; the others here answer with
+    // build rows only, whatever the probe rows that match none.
+    let drops_unmatched_probe_rows = matches!(
+        join.join_type(),
+        JoinType::Inner
+            | JoinType::RightSemi
+            | JoinType::LeftSemi
+            | JoinType::LeftAnti
+            | JoinType::LeftMark
+    );
+    if *join.partition_mode() != PartitionMode::CollectLeft
+        || !drops_unmatched_probe_rows
+        || join.null_aware
+        || !is_selective_merge(join.left())
+    {
+        return None;
+    }
+    let keys: Vec<Key> = join
+        .on()
+        .iter()
+        .map(|(build, probe)| {
+            let column = probe.downcast_ref::<Column>()?;
+            Some((Arc::clone(build), column.index()))
+        })
+        .collect::<Option<_>>()?;
+    (!keys.is_empty()).then_some(keys)
+}
+
+/// A merge of a subtree that filters: cut into one stage that several
+/// joins can read, and likely to hold few of the probe side's keys.
+fn is_selective_merge(build: &Arc<dyn ExecutionPlan>) -> bool {
+    let Some(merge) = build.downcast_ref::<CoalescePartitionsExec>() else {
+        return false;
+    };
+    if merge.fetch().is_some() {
+        return false;
+    }
+    let mut filters = false;
+    let _ = build.apply(|node| {
+        filters = node.is::<FilterExec>();
+        Ok(match filters {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    });
+    filters
+}
+
+struct Reducer<'a> {
+    /// The join whose build side reduces.
+    join: &'a HashJoinExec,
+}
+
+impl Reducer<'_> {
+    /// `node` with its rows reduced by the build side where `keys` reach
+    /// below a shuffle; `None` when nothing changed. `crossed` says whether
+    /// `node` is already below a shuffle of the probe side.
+    fn below(
+        &self,
+        node: &Arc<dyn ExecutionPlan>,
+        keys: Vec<Key>,
+        crossed: bool,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let here = |reducer: &Self| match crossed {
+            true => reducer.reduced(node, &keys).map(Some),
+            false => Ok(None),
+        };
+        if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
+            if crossed {
+                // One reduction per stage: the stage below this shuffle is
+                // another one.
+                return here(self);
+            }
+            return self.rebuilt(node, repartition.input(), keys, true);
+        }
+        if let Some(filter) = node.downcast_ref::<FilterExec>() {
+            if crossed {
+                // Comparing values costs less than probing a hash table:
+                // the filter goes first.
+                return here(self);
+            }
+            let mapped = keys_through(&keys, |i| match filter.projection() {
+                Some(projection) => projection.get(i).copied(),
+                None => Some(i),
+            });
+            return match mapped {
+                Some(mapped) => self.rebuilt(node, filter.input(), mapped, crossed),
+                None => here(self),
+            };
+        }
+        if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+            let mapped = keys_through(&keys, |i| {
+                let expr = &projection.expr().get(i)?.expr;
+                expr.downcast_ref::<Column>().map(Column::index)
+            });
+            return match mapped {
+                Some(mapped) => self.rebuilt(node, projection.input(), mapped, crossed),
+                None => here(self),
+            };
+        }
+        if let Some(aggregate) = node.downcast_ref::<AggregateExec>() {
+            // A group is made of rows with its key: dropping the rows of a
+            // key drops the group.
+            let groups = aggregate.group_expr();
+            let mapped = keys_through(&keys, |i| {
+                if !groups.is_single() {
+                    return None;
+                }
+                let (expr, _) = groups.expr().get(i)?;
+                expr.downcast_ref::<Column>().map(Column::index)
+            });
+            return match mapped {
+                Some(mapped) => self.rebuilt(node, aggregate.input(), mapped, crossed),
+                None => here(self),
+            };
+        }
+        if let Some(inner) = node.downcast_ref::<HashJoinExec>() {
+            if Arc::ptr_eq(inner.left(), self.join.left()) {
+                // Reduced by this build side already.
+                return Ok(None);
+            }
+            if let Some(reduced) = self.through_join(node, inner, &keys, crossed)? {
+                return Ok(Some(reduced));
+            }
+        }
+        here(self)
+    }
+
+    /// Through an inner join: into the input that holds the keys, or both
+    /// inputs of a partitioned join when they are its join keys. Only one
+    /// input once below a shuffle, so that each stage reduces once.
+    fn through_join(
+        &self,
+        node: &Arc<dyn ExecutionPlan>,
+        inner: &HashJoinExec,
+        keys: &[Key],
+        crossed: bool,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        if *inner.join_type() != JoinType::Inner {
+            return Ok(None);
+        }
+        let left_width = inner.left().schema().fields().len();
+        let joined = |i: usize| match &inner.projection {
+            Some(projection) => projection.get(i).copied(),
+            None => Some(i),
+        };
+        let on_left = keys_through(keys, |i| joined(i).filter(|&j| j < left_width));
+        let on_right = keys_through(keys, |i| joined(i).and_then(|j| j.checked_sub(left_width)));
+        // By the join's key equality, a key of one input is the other's.
+        let across = |keys: &Option<Vec<Key>>, to_left: bool| {
+            keys.as_ref().and_then(|keys| {
+                keys_through(keys, |i| {
+                    inner.on().iter().find_map(|(l, r)| {
+                        let (from, to) = if to_left { (r, l) } else { (l, r) };
+                        let from = from.downcast_ref::<Column>()?;
+                        let to = to.downcast_ref::<Column>()?;
+                        (from.index() == i).then(|| to.index())
+                    })
+                })
+            })
+        };
+        let (left_keys, right_keys) = match inner.partition_mode() {
+            PartitionMode::Partitioned if !crossed => {
+                let left = on_left.clone().or_else(|| across(&on_right, true));
+                let right = on_right.clone().or_else(|| across(&on_left, false));
+                (left, right)
+            }
+            // A collected build side is another stage, read whole.
+            PartitionMode::CollectLeft => (None, on_right),
+            _ if crossed => return Ok(None),
+            _ => (on_left, on_right),
+        };
+        let left = match left_keys {
+            Some(keys) => self.below(inner.left(), keys, crossed)?,
+            None => None,
+        };
+        let right = match right_keys {
+            Some(keys) => self.below(inner.right(), keys, crossed)?,
+            None => None,
+        };
+        if left.is_none() && right.is_none() {
+            return Ok(None);
+        }
+        let children = vec![
+            left.unwrap_or_else(|| Arc::clone(inner.left())),
+            right.unwrap_or_else(|| Arc::clone(inner.right())),
+        ];
+        #[allow(deprecated)] // replace_children needs options we have no use for
+        Arc::clone(node).with_new_children(children).map(Some)
+    }
+
+    /// `node` over its `input` reduced, if that changed anything.
+    fn rebuilt(
+        &self,
+        node: &Arc<dyn ExecutionPlan>,
+        input: &Arc<dyn ExecutionPlan>,
+        keys: Vec<Key>,
+        crossed: bool,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(input) = self.below(input, keys, crossed)? else {
+            return Ok(None);
+        };
+        #[allow(deprecated)] // replace_children needs options we have no use for
+        Arc::clone(node).with_new_children(vec![input]).map(Some)
+    }
+
+    /// `node`'s rows whose `keys` the build side holds: a right-semi join
+    /// with the build side and null handling of the join that reduces.
+    fn reduced(
+        &self,
+        node: &Arc<dyn ExecutionPlan>,
+        keys: &[Key],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let schema = node.schema();
+        let on = keys
+            .iter()
+            .map(|(build, index)| {
+                let probe: PhysicalExprRef =
+                    Arc::new(Column::new(schema.field(*index).name(), *index));
+                (Arc::clone(build), probe)
+            })
+            .collect();
+        self.join
+            .builder()
+            .with_type(JoinType::RightSemi)
+            .with_on(on)
+            .with_filter(None)
+            .with_projection(None)
+            .with_fetch(None)
+            .with_new_children(vec![Arc::clone(self.join.left()), Arc::clone(node)])?
+            .reset_state()
+            .recompute_properties()
+            .build_exec()
+    }
+}
+
+/// `keys` with their probe columns mapped by `to_input`; `None` when one of
+/// them does not map.
+fn keys_through(keys: &[Key], to_input: impl Fn(usize) -> Option<usize>) -> Option<Vec<Key>> {
+    keys.iter()
+        .map(|(build, index)| Some((Arc::clone(build), to_input(*index)?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::datasource::MemTable;
+    use datafusion::physical_plan::execution_plan::reset_plan_states;
+    use datafusion::physical_plan::{collect, displayable, Partitioning};
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use crate::planner::build_job_graph;
+
+    /// `(k, v)` rows in two partitions; `k` repeats and has NULLs.
+    fn table(rows: &[(Option<i64>, i64)]) -> MemTable {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let batches = rows
+            .chunks(rows.len().div_ceil(2))
+            .map(|chunk| {
+                let k: Int64Array = chunk.iter().map(|(k, _)| *k).collect();
+                let v: Int64Array = chunk.iter().map(|(_, v)| Some(*v)).collect();
+                vec![
+                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(v)])
+                        .unwrap(),
+                ]
+            })
+            .collect();
+        MemTable::try_new(schema, batches).unwrap()
+    }
+
+    /// A small table `b` and a larger `p`, planned in two partitions, joins
+    /// collected up to `collected_rows` estimated build rows.
+    fn context(collected_rows: usize) -> SessionContext {
+        let mut config = SessionConfig::new().with_target_partitions(2);
+        let optimizer = &mut config.options_mut().optimizer;
+        optimizer.hash_join_single_partition_threshold_rows = collected_rows;
+        optimizer.enable_dynamic_filter_pushdown = false;
+        let ctx = SessionContext::new_with_config(config);
+        let small: Vec<_> = (0..8)
+            .map(|i| (Some(i % 5), i))
+            .chain([(None, 9)])
+            .collect();
+        let big: Vec<_> = (0..60)
+            .map(|i| (Some(i % 11), i % 7))
+            .chain([(None, 1), (None, 5)])
+            .collect();
+        ctx.register_table("b", Arc::new(table(&small))).unwrap();
+        ctx.register_table("p", Arc::new(table(&big))).unwrap();
+        ctx
+    }
+
+    fn sorted(batches: &[RecordBatch]) -> Vec<String> {
+        let text = pretty_format_batches(batches).unwrap().to_string();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    }
+
+    /// The plan of `sql` and the same reduced, with their answers, which
+    /// must agree.
+    async fn planned(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        ctx.sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap()
+    }
+
+    async fn reduced(ctx: &SessionContext, sql: &str) -> (String, Arc<dyn ExecutionPlan>) {
+        reduced_plan(ctx, sql, planned(ctx, sql).await).await
+    }
+
+    async fn reduced_plan(
+        ctx: &SessionContext,
+        sql: &str,
+        plan: Arc<dyn ExecutionPlan>,
+    ) -> (String, Arc<dyn ExecutionPlan>) {
+        let expected = collect(
+            reset_plan_states(Arc::clone(&plan)).unwrap(),
+            ctx.task_ctx(),
+        )
+        .await
+        .unwrap();
+        let rewritten = reduce_shuffles(plan).unwrap();
+        let shown = displayable(rewritten.as_ref()).indent(true).to_string();
+        // Each reader of the shared build side gets a copy of its own: in
+        // one process a repartition runs once.
+        let unshared = reset_plan_states(Arc::clone(&rewritten)).unwrap();
+        let actual = collect(unshared, ctx.task_ctx()).await.unwrap();
+        assert_eq!(sorted(&actual), sorted(&expected), "{sql}:\n{shown}");
+        (shown, rewritten)
+    }
+
+    /// Stages whose plan scans `b` with a filter: the build side.
+    fn build_stages(plan: Arc<dyn ExecutionPlan>) -> usize {
+        let graph = build_job_graph(plan).map_err(|e| e.to_string()).unwrap();
+        graph
+            .stages
+            .iter()
+            .filter(|stage| {
+                let shown = displayable(stage.plan.as_ref()).indent(true).to_string();
+                shown.contains("FilterExec")
+            })
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_selective_collected_join_reduces_the_shuffles_below_it() {
+        let ctx = context(1024);
+        let queries = [
+            // Inner: an aggregation by the key, shuffled between its steps.
+            "SELECT a.k, a.s, b.v FROM (SELECT k, sum(v) AS s FROM p GROUP BY k) a \
+             JOIN b ON a.k = b.k WHERE b.v > 4",
+            // Semi: only the build side's keys matter.
+            "SELECT * FROM (SELECT k, sum(v) AS s FROM p GROUP BY k) a \
+             WHERE a.k IN (SELECT k FROM b WHERE v > 4)",
+        ];
+        for sql in queries {
+            let (shown, rewritten) = reduced(&ctx, sql).await;
+            let semis = shown.matches("join_type=RightSemi").count();
+            assert!(semis >= 1, "{sql}:\n{shown}");
+            // The reducing join sits below the shuffle, the build side is
+            // computed by one stage.
+            let below = shown.find("RepartitionExec: partitioning=Hash").unwrap();
+            assert!(
+                shown[below..].contains("join_type=RightSemi"),
+                "{sql}:\n{shown}"
+            );
+            assert_eq!(build_stages(rewritten), 1, "{sql}:\n{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_build_side_without_a_filter_reduces_nothing() {
+        let ctx = context(1024);
+        let sql = "SELECT a.k, a.s, b.v FROM (SELECT k, sum(v) AS s FROM p GROUP BY k) a \
+                   JOIN b ON a.k = b.k";
+        let (shown, _) = reduced(&ctx, sql).await;
+        assert!(!shown.contains("join_type=RightSemi"), "{shown}");
+    }
+
+    /// `plan`, a collected join whose probe side is hashed on its keys, as
+    /// a partitioned one: the build side hash-shuffled on its keys.
+    fn partitioned(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+        let join = plan.downcast_ref::<HashJoinExec>().unwrap();
+        let left_keys = join.on().iter().map(|(l, _)| Arc::clone(l)).collect();
+        let merged = join
+            .left()
+            .downcast_ref::<CoalescePartitionsExec>()
+            .unwrap();
+        let left =
+            RepartitionExec::try_new(Arc::clone(merged.input()), Partitioning::Hash(left_keys, 2))
+                .unwrap();
+        join.builder()
+            .with_partition_mode(PartitionMode::Partitioned)
+            .with_new_children(vec![Arc::new(left), Arc::clone(join.right())])
+            .unwrap()
+            .build_exec()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn keys_from_a_selective_build_side_reduce_the_other_input_of_a_partitioned_join() {
+        let ctx = context(1024);
+        // `l`'s keys all come from the filtered `b`.
+        let sql = "SELECT l.k, l.v, a.s FROM \
+                   (SELECT p.k, p.v FROM p JOIN b ON p.k = b.k WHERE b.v > 5) l \
+                   JOIN (SELECT k, sum(v) AS s FROM p GROUP BY k) a ON l.k = a.k";
+        let plan = partitioned(planned(&ctx, sql).await);
+        let (shown, rewritten) = reduced_plan(&ctx, sql, plan).await;
+        assert!(shown.contains("mode=Partitioned"), "{shown}");
+        // The aggregation is reduced before its shuffle, by `b`'s keys.
+        let aggregation = shown.find("AggregateExec: mode=FinalPartitioned").unwrap();
+        let below = &shown[aggregation..];
+        let shuffle = below.find("RepartitionExec").unwrap();
+        assert!(below[shuffle..].contains("join_type=RightSemi"), "{shown}");
+        assert_eq!(build_stages(rewritten), 1, "{shown}");
+    }
+}
