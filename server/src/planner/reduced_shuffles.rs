@@ -19,13 +19,15 @@
 //! So when the build side is selective (it filters), every shuffle on the
 //! probe side that carries the join key first keeps only the rows whose key
 //! the build side holds: a right-semi join on the same build side, inserted
-//! below the shuffle and as deep as the key column reaches in that stage
-//! (through projections, aggregations grouping by it, the probe side of a
-//! collected inner join; above filters, which cost less than a probe).
+//! below the shuffle and as deep as the key columns reach in that stage
+//! (through projections, aggregations grouping by them, the probe side of
+//! a collected inner join; above filters, which cost less than a probe; on
+//! the keys that reach when some do not).
 //! Through a partitioned inner join the key reaches both inputs, by the
-//! join's own key equality. The build side is a merge, cut once into a
-//! stage whose rows every reducing join reads too (`cut`), so it is
-//! computed once.
+//! join's own key equality. A build side that is a merge is cut once into
+//! a stage whose rows every reducing join reads too (`cut`), so it is
+//! computed once; one of a single partition over small tables (`nation`
+//! filtered to two countries in TPC-H q7) is computed again by each.
 //!
 //! The same answer: a row the reducing join drops has a key the build side
 //! lacks (or a NULL, which matches nothing, with the join's own null
@@ -55,7 +57,10 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{
+    ExecutionPlan, ExecutionPlanProperties, StatisticsArgs, StatisticsContext,
+};
 
 /// `plan` with the shuffles below each selective collected join reduced,
 /// deepest joins first. Applied as a plan is cut into stages, never to a
@@ -218,7 +223,7 @@ fn key_source(
 type Key = (PhysicalExprRef, usize);
 
 /// The keys of `join` when it drops the probe rows its build side lacks and
-/// that build side is a selective merge; `None` otherwise.
+/// that build side is selective and cheap to share; `None` otherwise.
 fn reducing_keys(join: &HashJoinExec) -> Option<Vec<Key>> {
     // Inner and right-semi joins drop them; the others here answer with
     // build rows only, whatever the probe rows that match none.
@@ -233,7 +238,7 @@ fn reducing_keys(join: &HashJoinExec) -> Option<Vec<Key>> {
     if *join.partition_mode() != PartitionMode::CollectLeft
         || !drops_unmatched_probe_rows
         || join.null_aware
-        || !is_selective_merge(join.left())
+        || !is_selective_build_side(join.left())
     {
         return None;
     }
@@ -248,24 +253,63 @@ fn reducing_keys(join: &HashJoinExec) -> Option<Vec<Key>> {
     (!keys.is_empty()).then_some(keys)
 }
 
-/// A merge of a subtree that filters: cut into one stage that several
-/// joins can read, and likely to hold few of the probe side's keys.
-fn is_selective_merge(build: &Arc<dyn ExecutionPlan>) -> bool {
-    let Some(merge) = build.downcast_ref::<CoalescePartitionsExec>() else {
-        return false;
+/// Most rows the tables of a one-partition build side may hold for that
+/// build side to be read again by every reducing task (TPC-H's `nation`
+/// and `region` hold 25 and 5).
+const RECOMPUTED_BUILD_MAX_ROWS: usize = 100_000;
+
+/// A build side that filters (so likely to hold few of the probe side's
+/// keys) and that reducing joins elsewhere can read cheaply: a merge, cut
+/// into one stage that each of them reads, or one partition over small
+/// tables, which each of them computes again.
+fn is_selective_build_side(build: &Arc<dyn ExecutionPlan>) -> bool {
+    let shared = match build.downcast_ref::<CoalescePartitionsExec>() {
+        Some(merge) => merge.fetch().is_none(),
+        None => build.output_partitioning().partition_count() == 1 && reads_small_tables(build),
     };
-    if merge.fetch().is_some() {
+    shared && any_node(build, |node| node.is::<FilterExec>())
+}
+
+/// Whether `plan` runs in one stage over tables of at most
+/// `RECOMPUTED_BUILD_MAX_ROWS` rows by their statistics.
+fn reads_small_tables(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let crosses_stages = any_node(plan, |node| {
+        node.is::<RepartitionExec>()
+            || node.is::<CoalescePartitionsExec>()
+            || node.is::<SortPreservingMergeExec>()
+    });
+    if crosses_stages {
         return false;
     }
-    let mut filters = false;
-    let _ = build.apply(|node| {
-        filters = node.is::<FilterExec>();
-        Ok(match filters {
+    let statistics = StatisticsContext::new();
+    let mut rows = 0usize;
+    let mut known = true;
+    let _ = plan.apply(|node| {
+        if node.children().is_empty() {
+            match statistics
+                .compute(node.as_ref(), &StatisticsArgs::new())
+                .ok()
+                .and_then(|stats| stats.num_rows.get_value().copied())
+            {
+                Some(n) => rows = rows.saturating_add(n),
+                None => known = false,
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    known && rows <= RECOMPUTED_BUILD_MAX_ROWS
+}
+
+fn any_node(plan: &Arc<dyn ExecutionPlan>, test: impl Fn(&Arc<dyn ExecutionPlan>) -> bool) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        found = test(node);
+        Ok(match found {
             true => TreeNodeRecursion::Stop,
             false => TreeNodeRecursion::Continue,
         })
     });
-    filters
+    found
 }
 
 struct Reducer<'a> {
@@ -456,12 +500,17 @@ impl Reducer<'_> {
     }
 }
 
-/// `keys` with their probe columns mapped by `to_input`; `None` when one of
-/// them does not map.
+/// The `keys` whose probe columns `to_input` maps, mapped; `None` when none
+/// does. A row must match the build side on all keys to be kept above, so
+/// on some of them too: reducing on fewer keys keeps a superset. (TPC-H q2
+/// matches parts and their lowest cost: the cost, an aggregate, does not
+/// reach below the aggregation; the part does.)
 fn keys_through(keys: &[Key], to_input: impl Fn(usize) -> Option<usize>) -> Option<Vec<Key>> {
-    keys.iter()
-        .map(|(build, index)| Some((Arc::clone(build), to_input(*index)?)))
-        .collect()
+    let mapped: Vec<Key> = keys
+        .iter()
+        .filter_map(|(build, index)| Some((Arc::clone(build), to_input(*index)?)))
+        .collect();
+    (!mapped.is_empty()).then_some(mapped)
 }
 
 #[cfg(test)]
@@ -478,14 +527,14 @@ mod tests {
 
     use crate::planner::build_job_graph;
 
-    /// `(k, v)` rows in two partitions; `k` repeats and has NULLs.
-    fn table(rows: &[(Option<i64>, i64)]) -> MemTable {
+    /// `(k, v)` rows in `partitions` partitions; `k` repeats and has NULLs.
+    fn table(rows: &[(Option<i64>, i64)], partitions: usize) -> MemTable {
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Int64, true),
             Field::new("v", DataType::Int64, false),
         ]));
         let batches = rows
-            .chunks(rows.len().div_ceil(2))
+            .chunks(rows.len().div_ceil(partitions))
             .map(|chunk| {
                 let k: Int64Array = chunk.iter().map(|(k, _)| *k).collect();
                 let v: Int64Array = chunk.iter().map(|(_, v)| Some(*v)).collect();
@@ -514,8 +563,10 @@ mod tests {
             .map(|i| (Some(i % 11), i % 7))
             .chain([(None, 1), (None, 5)])
             .collect();
-        ctx.register_table("b", Arc::new(table(&small))).unwrap();
-        ctx.register_table("p", Arc::new(table(&big))).unwrap();
+        ctx.register_table("b", Arc::new(table(&small, 2))).unwrap();
+        ctx.register_table("b1", Arc::new(table(&small, 1)))
+            .unwrap();
+        ctx.register_table("p", Arc::new(table(&big, 2))).unwrap();
         ctx
     }
 
@@ -585,6 +636,10 @@ mod tests {
             // Semi: only the build side's keys matter.
             "SELECT * FROM (SELECT k, sum(v) AS s FROM p GROUP BY k) a \
              WHERE a.k IN (SELECT k FROM b WHERE v > 4)",
+            // Two keys, one an aggregate: the group key alone reaches below
+            // the aggregation.
+            "SELECT * FROM b WHERE b.v > 4 AND EXISTS (SELECT 1 FROM \
+             (SELECT k, min(v) AS m FROM p GROUP BY k) a WHERE a.k = b.k AND a.m < b.v)",
         ];
         for sql in queries {
             let (shown, rewritten) = reduced(&ctx, sql).await;
@@ -599,6 +654,19 @@ mod tests {
             );
             assert_eq!(build_stages(rewritten), 1, "{sql}:\n{shown}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_one_partition_build_side_over_a_small_table_is_computed_by_each_reducer() {
+        let ctx = context(1024);
+        let sql = "SELECT a.k, a.s, b1.v FROM (SELECT k, sum(v) AS s FROM p GROUP BY k) a \
+                   JOIN b1 ON a.k = b1.k WHERE b1.v > 4";
+        let (shown, rewritten) = reduced(&ctx, sql).await;
+        let below = shown.find("RepartitionExec: partitioning=Hash").unwrap();
+        assert!(shown[below..].contains("join_type=RightSemi"), "{shown}");
+        // No stage of its own: the join's stage and the reducing one each
+        // filter `b1`.
+        assert_eq!(build_stages(rewritten), 2, "{shown}");
     }
 
     #[tokio::test]
