@@ -234,57 +234,23 @@ fn partition_both_sides(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::Int64Array;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::arrow::record_batch::RecordBatch;
-    use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-    use datafusion::datasource::MemTable;
     use datafusion::physical_plan::{collect, displayable};
     use datafusion::prelude::{SessionConfig, SessionContext};
     use squadron_worker::plan::StageReadExec;
 
     use crate::planner::job_graph::{Stage, StageOutput};
-
-    /// `(k, v)` rows in `partitions` partitions; `k` repeats and has NULLs.
-    fn table(rows: &[(Option<i64>, i64)], partitions: usize) -> MemTable {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, true),
-            Field::new("v", DataType::Int64, false),
-        ]));
-        let batches = rows
-            .chunks(rows.len().div_ceil(partitions))
-            .map(|chunk| {
-                let k: Int64Array = chunk.iter().map(|(k, _)| *k).collect();
-                let v: Int64Array = chunk.iter().map(|(_, v)| Some(*v)).collect();
-                vec![
-                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(v)])
-                        .unwrap(),
-                ]
-            })
-            .collect();
-        MemTable::try_new(schema, batches).unwrap()
-    }
+    use crate::planner::test_tables::{key_value_table, physical_plan, sorted_lines};
 
     /// A session with tables `b` (build side) and `p` (probe side), two
     /// partitions each.
     fn tables(b: &[(Option<i64>, i64)], p: &[(Option<i64>, i64)]) -> SessionContext {
         let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-        ctx.register_table("b", Arc::new(table(b, 2))).unwrap();
-        ctx.register_table("p", Arc::new(table(p, 2))).unwrap();
+        ctx.register_table("b", Arc::new(key_value_table(b, 2)))
+            .unwrap();
+        ctx.register_table("p", Arc::new(key_value_table(p, 2)))
+            .unwrap();
         ctx
-    }
-
-    async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
-        let frame = ctx.sql(sql).await.unwrap();
-        frame.create_physical_plan().await.unwrap()
-    }
-
-    fn sorted(batches: &[RecordBatch]) -> Vec<String> {
-        let text = pretty_format_batches(batches).unwrap().to_string();
-        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-        lines.sort();
-        lines
     }
 
     #[tokio::test]
@@ -331,7 +297,11 @@ mod tests {
                 "{sql}:\n{shown}"
             );
             let actual = collect(rewritten, ctx.task_ctx()).await.unwrap();
-            assert_eq!(sorted(&actual), sorted(&expected), "{sql}:\n{shown}");
+            assert_eq!(
+                sorted_lines(&actual),
+                sorted_lines(&expected),
+                "{sql}:\n{shown}"
+            );
         }
     }
 

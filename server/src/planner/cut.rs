@@ -45,6 +45,7 @@ use squadron_worker::plan::StageReadExec;
 
 use super::allow_list::{split_rule, Split};
 use super::build_side::{gather_probe_side, ProbeSide};
+use super::children::with_children_rewritten;
 use super::job_graph::{JobGraph, Stage, StageOutput};
 use super::readers::assign_readers;
 use super::reduced_shuffles::reduce_shuffles;
@@ -157,20 +158,7 @@ impl Cutter {
                     cut: None,
                 });
         }
-        let children = plan.children();
-        let mut new_children = Vec::with_capacity(children.len());
-        let mut changed = false;
-        for child in children {
-            let new_child = self.cut(Arc::clone(child))?;
-            changed |= !Arc::ptr_eq(child, &new_child);
-            new_children.push(new_child);
-        }
-        #[allow(deprecated)] // replace_children needs options we have no use for
-        let plan = if changed {
-            plan.with_new_children(new_children)?
-        } else {
-            plan
-        };
+        let plan = with_children_rewritten(plan, |child| self.cut(Arc::clone(child)))?;
 
         if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
             return self.cut_shuffle(&plan, repartition);

@@ -42,16 +42,8 @@ pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::test_tables::physical_plan as plan;
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
-
-    async fn plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
-        ctx.sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap()
-    }
 
     #[tokio::test]
     async fn constants_stay_and_tables_and_generators_go() {

@@ -2,6 +2,7 @@
 
 pub mod allow_list;
 pub mod build_side;
+pub mod children;
 pub mod client_types;
 pub mod cut;
 pub mod encode;
@@ -15,6 +16,8 @@ pub mod readers;
 pub mod reduced_shuffles;
 pub mod scalar_subquery;
 pub mod statistics_bounds;
+#[cfg(test)]
+mod test_tables;
 
 pub use client_types::for_clients;
 pub use cut::build_job_graph;

@@ -49,6 +49,8 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 
+use super::children::with_children_rewritten;
+
 /// Most file ranges one scan has checked at planning. The check runs on the
 /// coordinator, one range after another, for every statement; a scan of
 /// more ranges than this has more than enough for every task, and its
@@ -84,18 +86,7 @@ impl PrunedScanRanges {
             || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
             || plan.downcast_ref::<SortPreservingMergeExec>().is_some();
         let child_free = resets || (free && children.len() == 1);
-        let mut changed = false;
-        let mut new_children = Vec::with_capacity(children.len());
-        for child in children {
-            let new_child = self.prune(Arc::clone(child), child_free)?;
-            changed |= !Arc::ptr_eq(&new_child, child);
-            new_children.push(new_child);
-        }
-        if !changed {
-            return Ok(plan);
-        }
-        #[allow(deprecated)] // replace_children needs options we have no use for
-        plan.with_new_children(new_children)
+        with_children_rewritten(plan, |child| self.prune(Arc::clone(child), child_free))
     }
 
     /// The scan with its unread ranges dropped, if it is a Parquet scan

@@ -62,25 +62,14 @@ use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, StatisticsArgs, StatisticsContext,
 };
 
+use super::children::with_children_rewritten;
+
 /// `plan` with the shuffles below each selective collected join reduced,
 /// deepest joins first. Applied as a plan is cut into stages, never to a
 /// plan run in one process: the build side it shares would run twice
 /// there, and a repartition in it cannot.
 pub fn reduce_shuffles(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    let children = plan.children();
-    let mut new_children = Vec::with_capacity(children.len());
-    let mut changed = false;
-    for child in children {
-        let new_child = reduce_shuffles(Arc::clone(child))?;
-        changed |= !Arc::ptr_eq(child, &new_child);
-        new_children.push(new_child);
-    }
-    #[allow(deprecated)] // replace_children needs options we have no use for
-    let plan = if changed {
-        plan.with_new_children(new_children)?
-    } else {
-        plan
-    };
+    let plan = with_children_rewritten(plan, |child| reduce_shuffles(Arc::clone(child)))?;
     let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
         return Ok(plan);
     };
@@ -516,36 +505,12 @@ fn keys_through(keys: &[Key], to_input: impl Fn(usize) -> Option<usize>) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::Int64Array;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::arrow::record_batch::RecordBatch;
-    use datafusion::arrow::util::pretty::pretty_format_batches;
-    use datafusion::datasource::MemTable;
     use datafusion::physical_plan::execution_plan::reset_plan_states;
     use datafusion::physical_plan::{collect, displayable, Partitioning};
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use crate::planner::build_job_graph;
-
-    /// `(k, v)` rows in `partitions` partitions; `k` repeats and has NULLs.
-    fn table(rows: &[(Option<i64>, i64)], partitions: usize) -> MemTable {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, true),
-            Field::new("v", DataType::Int64, false),
-        ]));
-        let batches = rows
-            .chunks(rows.len().div_ceil(partitions))
-            .map(|chunk| {
-                let k: Int64Array = chunk.iter().map(|(k, _)| *k).collect();
-                let v: Int64Array = chunk.iter().map(|(_, v)| Some(*v)).collect();
-                vec![
-                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(v)])
-                        .unwrap(),
-                ]
-            })
-            .collect();
-        MemTable::try_new(schema, batches).unwrap()
-    }
+    use crate::planner::test_tables::{key_value_table, physical_plan, sorted_lines};
 
     /// A small table `b` and a larger `p`, planned in two partitions, joins
     /// collected up to `collected_rows` estimated build rows.
@@ -563,33 +528,19 @@ mod tests {
             .map(|i| (Some(i % 11), i % 7))
             .chain([(None, 1), (None, 5)])
             .collect();
-        ctx.register_table("b", Arc::new(table(&small, 2))).unwrap();
-        ctx.register_table("b1", Arc::new(table(&small, 1)))
+        ctx.register_table("b", Arc::new(key_value_table(&small, 2)))
             .unwrap();
-        ctx.register_table("p", Arc::new(table(&big, 2))).unwrap();
+        ctx.register_table("b1", Arc::new(key_value_table(&small, 1)))
+            .unwrap();
+        ctx.register_table("p", Arc::new(key_value_table(&big, 2)))
+            .unwrap();
         ctx
-    }
-
-    fn sorted(batches: &[RecordBatch]) -> Vec<String> {
-        let text = pretty_format_batches(batches).unwrap().to_string();
-        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-        lines.sort();
-        lines
     }
 
     /// The plan of `sql` and the same reduced, with their answers, which
     /// must agree.
-    async fn planned(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
-        ctx.sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap()
-    }
-
     async fn reduced(ctx: &SessionContext, sql: &str) -> (String, Arc<dyn ExecutionPlan>) {
-        reduced_plan(ctx, sql, planned(ctx, sql).await).await
+        reduced_plan(ctx, sql, physical_plan(ctx, sql).await).await
     }
 
     async fn reduced_plan(
@@ -609,7 +560,11 @@ mod tests {
         // one process a repartition runs once.
         let unshared = reset_plan_states(Arc::clone(&rewritten)).unwrap();
         let actual = collect(unshared, ctx.task_ctx()).await.unwrap();
-        assert_eq!(sorted(&actual), sorted(&expected), "{sql}:\n{shown}");
+        assert_eq!(
+            sorted_lines(&actual),
+            sorted_lines(&expected),
+            "{sql}:\n{shown}"
+        );
         (shown, rewritten)
     }
 
@@ -705,7 +660,7 @@ mod tests {
         let sql = "SELECT l.k, l.v, a.s FROM \
                    (SELECT p.k, p.v FROM p JOIN b ON p.k = b.k WHERE b.v > 5) l \
                    JOIN (SELECT k, sum(v) AS s FROM p GROUP BY k) a ON l.k = a.k";
-        let plan = partitioned(planned(&ctx, sql).await);
+        let plan = partitioned(physical_plan(&ctx, sql).await);
         let (shown, rewritten) = reduced_plan(&ctx, sql, plan).await;
         assert!(shown.contains("mode=Partitioned"), "{shown}");
         // The aggregation is reduced before its shuffle, by `b`'s keys.

@@ -1,0 +1,46 @@
+//! Small in-memory tables and answers for the planner's unit tests.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::Int64Array;
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::datasource::MemTable;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+
+/// `(k, v)` rows in `partitions` partitions (`k` may be NULL).
+pub fn key_value_table(rows: &[(Option<i64>, i64)], partitions: usize) -> MemTable {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let batches = rows
+        .chunks(rows.len().div_ceil(partitions))
+        .map(|chunk| {
+            let k: Int64Array = chunk.iter().map(|(k, _)| *k).collect();
+            let v: Int64Array = chunk.iter().map(|(_, v)| Some(*v)).collect();
+            vec![RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(k), Arc::new(v)]).unwrap()]
+        })
+        .collect();
+    MemTable::try_new(schema, batches).unwrap()
+}
+
+/// The lines of `batches` as a table, sorted: an answer whatever its order.
+pub fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
+    let text = pretty_format_batches(batches).unwrap().to_string();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+/// DataFusion's physical plan of `sql` in `ctx`.
+pub async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+    ctx.sql(sql)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap()
+}
