@@ -320,6 +320,16 @@ impl Reducer<'_> {
             true => reducer.reduced(node, &keys).map(Some),
             false => Ok(None),
         };
+        let limited = node.fetch().is_some()
+            || node
+                .downcast_ref::<AggregateExec>()
+                .is_some_and(|aggregate| aggregate.limit_options().is_some());
+        if limited {
+            // Which rows a limit keeps depends on the rows it sees: the
+            // top groups of a limited aggregation are not the top matching
+            // ones. Reduced above it, the rows it keeps stay the same.
+            return here(self);
+        }
         if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
             if crossed {
                 // One reduction per stage: the stage below this shuffle is
@@ -622,6 +632,42 @@ mod tests {
         // No stage of its own: the join's stage and the reducing one each
         // filter `b1`.
         assert_eq!(build_stages(rewritten), 2, "{shown}");
+    }
+
+    #[tokio::test]
+    async fn a_limited_aggregation_keeps_the_rows_it_sees() {
+        let ctx = context(1024);
+        // The keys with the three highest maxima: reduced before the
+        // aggregation, other keys would make the top three.
+        let sql = "SELECT a.k, a.s FROM (SELECT k, max(v) AS s FROM p GROUP BY k \
+                   ORDER BY max(v) DESC LIMIT 3) a JOIN b ON a.k = b.k WHERE b.v > 4";
+        let plan = physical_plan(&ctx, sql).await;
+        let join = plan.downcast_ref::<HashJoinExec>().unwrap();
+        let mut limited = None;
+        plan.apply(|node| {
+            let aggregate = node.downcast_ref::<AggregateExec>();
+            if aggregate.is_some_and(|a| a.limit_options().is_some()) && limited.is_none() {
+                limited = Some(Arc::clone(node));
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        let limited = limited.expect("a limited aggregation");
+        let key: Key = (Arc::new(Column::new("k", 0)), 0);
+        let reducer = Reducer { join };
+        let below = |node: &Arc<dyn ExecutionPlan>| reducer.below(node, vec![key.clone()], false);
+        assert!(below(&limited).unwrap().is_none());
+        // The same aggregation without its limit is reduced below its
+        // shuffle.
+        let unlimited: Arc<dyn ExecutionPlan> = Arc::new(
+            limited
+                .downcast_ref::<AggregateExec>()
+                .unwrap()
+                .with_new_limit_options(None),
+        );
+        let reduced = below(&unlimited).unwrap().expect("reduced");
+        let shown = displayable(reduced.as_ref()).indent(true).to_string();
+        assert!(shown.contains("join_type=RightSemi"), "{shown}");
     }
 
     #[tokio::test]
