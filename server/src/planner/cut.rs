@@ -29,7 +29,7 @@
 //! its input except above a merge-mode read, so running each output
 //! partition as an independent task computes exactly the single-node answer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -112,20 +112,15 @@ impl Cutter {
     /// that `reduced_shuffles` also gave to the joins reducing shuffles):
     /// cut once, it is one stage that each of its readers reads.
     fn share_repeated_merges(&mut self, plan: &Arc<dyn ExecutionPlan>) {
-        let mut seen: HashMap<usize, usize> = HashMap::new();
+        let mut seen = HashSet::new();
         let _ = plan.apply(|node| {
-            if node.is::<CoalescePartitionsExec>() {
-                *seen.entry(address(node)).or_default() += 1;
-            }
-            Ok(TreeNodeRecursion::Continue)
-        });
-        let _ = plan.apply(|node| {
-            let address = address(node);
-            if seen.get(&address).is_some_and(|&count| count > 1) {
-                self.shared.entry(address).or_insert_with(|| SharedSubtree {
-                    _kept: Arc::clone(node),
-                    cut: None,
-                });
+            if node.is::<CoalescePartitionsExec>() && !seen.insert(address(node)) {
+                self.shared
+                    .entry(address(node))
+                    .or_insert_with(|| SharedSubtree {
+                        _kept: Arc::clone(node),
+                        cut: None,
+                    });
             }
             Ok(TreeNodeRecursion::Continue)
         });
