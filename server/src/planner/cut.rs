@@ -20,7 +20,8 @@
 //! A build side the reduction shares between two joins is cut once: its
 //! stage then feeds two consumer stages, each on channels of its own. So is
 //! a selective build side that first reduces the shuffles below its join
-//! (`reduced_shuffles`, applied before cutting).
+//! (`reduced_shuffles`, applied before cutting). A hash shuffle whose keys
+//! a shuffle below holds is folded into it first (`subset_key_shuffles`).
 //!
 //! Only operators on the allow-list (`allow_list`) are split; any other
 //! runs with its whole subtree in one task, or the query is refused.
@@ -49,6 +50,7 @@ use super::children::with_children_rewritten;
 use super::job_graph::{JobGraph, Stage, StageOutput};
 use super::readers::assign_readers;
 use super::reduced_shuffles::reduce_shuffles;
+use super::subset_key_shuffles::merge_subset_key_shuffles;
 
 /// Cuts `plan` into a job graph.
 pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
@@ -69,6 +71,7 @@ pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     } else {
         plan
     };
+    let plan = merge_subset_key_shuffles(plan)?;
     let plan = reduce_shuffles(plan)?;
     let mut cutter = Cutter::default();
     cutter.share_repeated_merges(&plan);

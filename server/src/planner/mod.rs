@@ -10,12 +10,15 @@ pub mod file_group_partitions;
 pub mod job_graph;
 pub mod local;
 pub mod one_partition;
+pub mod passed_columns;
 pub mod placeholders;
 pub mod pruned_scan_ranges;
 pub mod readers;
 pub mod reduced_shuffles;
+pub mod rows_read;
 pub mod scalar_subquery;
 pub mod statistics_bounds;
+pub mod subset_key_shuffles;
 #[cfg(test)]
 mod test_tables;
 

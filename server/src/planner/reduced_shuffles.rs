@@ -58,11 +58,11 @@ use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-use datafusion::physical_plan::{
-    ExecutionPlan, ExecutionPlanProperties, StatisticsArgs, StatisticsContext,
-};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::children::with_children_rewritten;
+use super::passed_columns::source_column;
+use super::rows_read::rows_read;
 
 /// `plan` with the shuffles below each selective collected join reduced,
 /// deepest joins first. Applied as a plan is cut into stages, never to a
@@ -151,29 +151,10 @@ fn key_source(
     node: &Arc<dyn ExecutionPlan>,
     index: usize,
 ) -> Option<(Arc<dyn ExecutionPlan>, PhysicalExprRef)> {
-    if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
-        return key_source(repartition.input(), index);
-    }
-    if let Some(filter) = node.downcast_ref::<FilterExec>() {
-        let index = match filter.projection() {
-            Some(projection) => *projection.get(index)?,
-            None => index,
-        };
-        return key_source(filter.input(), index);
-    }
-    if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
-        let expr = &projection.expr().get(index)?.expr;
-        return key_source(projection.input(), expr.downcast_ref::<Column>()?.index());
-    }
-    if let Some(aggregate) = node.downcast_ref::<AggregateExec>() {
-        let groups = aggregate.group_expr();
-        if !groups.is_single() {
-            return None;
-        }
-        let (expr, _) = groups.expr().get(index)?;
-        return key_source(aggregate.input(), expr.downcast_ref::<Column>()?.index());
-    }
-    let join = node.downcast_ref::<HashJoinExec>()?;
+    let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+        let source = source_column(node.as_ref(), index)?;
+        return key_source(node.children().first()?, source);
+    };
     if !matches!(join.join_type(), JoinType::Inner | JoinType::RightSemi) {
         return None;
     }
@@ -270,23 +251,7 @@ fn reads_small_tables(plan: &Arc<dyn ExecutionPlan>) -> bool {
     if crosses_stages {
         return false;
     }
-    let statistics = StatisticsContext::new();
-    let mut rows = 0usize;
-    let mut known = true;
-    let _ = plan.apply(|node| {
-        if node.children().is_empty() {
-            match statistics
-                .compute(node.as_ref(), &StatisticsArgs::new())
-                .ok()
-                .and_then(|stats| stats.num_rows.get_value().copied())
-            {
-                Some(n) => rows = rows.saturating_add(n),
-                None => known = false,
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    known && rows <= RECOMPUTED_BUILD_MAX_ROWS
+    rows_read(plan).is_some_and(|rows| rows <= RECOMPUTED_BUILD_MAX_ROWS)
 }
 
 fn any_node(plan: &Arc<dyn ExecutionPlan>, test: impl Fn(&Arc<dyn ExecutionPlan>) -> bool) -> bool {
@@ -338,44 +303,17 @@ impl Reducer<'_> {
             }
             return self.rebuilt(node, repartition.input(), keys, true);
         }
-        if let Some(filter) = node.downcast_ref::<FilterExec>() {
-            if crossed {
-                // Comparing values costs less than probing a hash table:
-                // the filter goes first.
-                return here(self);
-            }
-            let mapped = keys_through(&keys, |i| match filter.projection() {
-                Some(projection) => projection.get(i).copied(),
-                None => Some(i),
-            });
-            return match mapped {
-                Some(mapped) => self.rebuilt(node, filter.input(), mapped, crossed),
-                None => here(self),
-            };
+        if node.is::<FilterExec>() && crossed {
+            // Comparing values costs less than probing a hash table: the
+            // filter goes first.
+            return here(self);
         }
-        if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
-            let mapped = keys_through(&keys, |i| {
-                let expr = &projection.expr().get(i)?.expr;
-                expr.downcast_ref::<Column>().map(Column::index)
-            });
+        // A group of an aggregation is made of rows with its key: dropping
+        // the rows of a key drops the group.
+        if node.is::<FilterExec>() || node.is::<ProjectionExec>() || node.is::<AggregateExec>() {
+            let mapped = keys_through(&keys, |i| source_column(node.as_ref(), i));
             return match mapped {
-                Some(mapped) => self.rebuilt(node, projection.input(), mapped, crossed),
-                None => here(self),
-            };
-        }
-        if let Some(aggregate) = node.downcast_ref::<AggregateExec>() {
-            // A group is made of rows with its key: dropping the rows of a
-            // key drops the group.
-            let groups = aggregate.group_expr();
-            let mapped = keys_through(&keys, |i| {
-                if !groups.is_single() {
-                    return None;
-                }
-                let (expr, _) = groups.expr().get(i)?;
-                expr.downcast_ref::<Column>().map(Column::index)
-            });
-            return match mapped {
-                Some(mapped) => self.rebuilt(node, aggregate.input(), mapped, crossed),
+                Some(mapped) => self.rebuilt(node, node.children()[0], mapped, crossed),
                 None => here(self),
             };
         }

@@ -13,7 +13,7 @@ async fn tpch_job_graphs() {
     for t in &tables {
         t.register(&ctx).await.unwrap();
     }
-    for n in [1, 3, 5, 13, 17, 18, 22] {
+    for n in [1, 3, 5, 13, 16, 17, 18, 22] {
         let plan = ctx
             .sql(&tpch_query(n))
             .await
