@@ -55,25 +55,22 @@ use super::subset_key_shuffles::merge_subset_key_shuffles;
 /// Cuts `plan` into a job graph.
 pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     // The job output merges the final tasks' streams itself, so a top-level
-    // coalesce without a limit would only add a hop; so would a sorted merge
-    // of one partition, already in order.
+    // coalesce without a limit would only add a hop (so would a merge of one
+    // partition where it runs once: `one_partition_merge_input`).
     let plan = if let Some(coalesce) = plan.downcast_ref::<CoalescePartitionsExec>() {
         match coalesce.fetch() {
             None => Arc::clone(coalesce.input()),
             Some(_) => plan,
-        }
-    } else if let Some(merge) = plan.downcast_ref::<SortPreservingMergeExec>() {
-        let one_partition = merge.input().output_partitioning().partition_count() == 1;
-        match merge.fetch() {
-            None if one_partition => Arc::clone(merge.input()),
-            _ => plan,
         }
     } else {
         plan
     };
     let plan = merge_subset_key_shuffles(plan)?;
     let plan = reduce_shuffles(plan)?;
-    let mut cutter = Cutter::default();
+    let mut cutter = Cutter {
+        runs_once: true,
+        ..Cutter::default()
+    };
     cutter.share_repeated_merges(&plan);
     let root = cutter.cut(plan)?;
     let tasks = root.output_partitioning().partition_count();
@@ -98,12 +95,33 @@ struct Cutter {
     /// with what cutting them gave once it did. The subtree itself is
     /// kept so that its address cannot be reused by another node.
     shared: HashMap<usize, SharedSubtree>,
+    /// Whether the node being cut runs once, in one task: every operator
+    /// above it, down from the result, has one partition and none is a
+    /// shuffle.
+    runs_once: bool,
 }
 
 /// A subtree two joins read, and what cutting it gave once it was cut.
 struct SharedSubtree {
     _kept: Arc<dyn ExecutionPlan>,
     cut: Option<Arc<dyn ExecutionPlan>>,
+}
+
+/// The input of a merge without a limit that reads one partition: the
+/// merge passes it through unchanged. Where it runs once (`runs_once`), the
+/// one task above computes that input itself rather than reading it from a
+/// one-task stage of its own, a round of tasks and a hop fewer (TPC-H q22's
+/// anti join ran alone before the task that finishes the query). Under
+/// several partitions the input could run once per task (a collected
+/// join's build side), so that merge stays a stage read by all of them.
+fn one_partition_merge_input(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let input = if let Some(merge) = plan.downcast_ref::<CoalescePartitionsExec>() {
+        merge.fetch().is_none().then(|| merge.input())?
+    } else {
+        let merge = plan.downcast_ref::<SortPreservingMergeExec>()?;
+        merge.fetch().is_none().then(|| merge.input())?
+    };
+    (input.output_partitioning().partition_count() == 1).then(|| Arc::clone(input))
 }
 
 fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
@@ -156,12 +174,24 @@ impl Cutter {
                     cut: None,
                 });
         }
-        let plan = with_children_rewritten(plan, |child| self.cut(Arc::clone(child)))?;
+        let shared = self.shared.contains_key(&address(&plan));
+        let runs_once = self.runs_once
+            && plan.output_partitioning().partition_count() == 1
+            && !plan.is::<RepartitionExec>();
+        let above = std::mem::replace(&mut self.runs_once, runs_once);
+        let plan = with_children_rewritten(plan, |child| self.cut(Arc::clone(child)));
+        self.runs_once = above;
+        let plan = plan?;
 
         if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
             return self.cut_shuffle(&plan, repartition);
         }
         if plan.is::<CoalescePartitionsExec>() || plan.is::<SortPreservingMergeExec>() {
+            if runs_once && !shared {
+                if let Some(input) = one_partition_merge_input(&plan) {
+                    return Ok(input);
+                }
+            }
             return self.cut_merge(plan);
         }
         Ok(plan)
@@ -240,6 +270,7 @@ impl Cutter {
     }
 
     /// The merge's input becomes a producer stage; the merge stays here.
+    /// A merge becomes a stage boundary: its input a producer stage.
     fn cut_merge(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         let input = Arc::clone(plan.children()[0]);
         let tasks = input.output_partitioning().partition_count();
@@ -295,4 +326,56 @@ fn collect_reads(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<usize>) {
 /// read that forgot them would fail those operators' checks on the worker.
 fn constants_of(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, Option<ScalarValue>)> {
     uniform_constant_columns(plan.equivalence_properties())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::physical_plan::joins::HashJoinExec;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use crate::planner::test_tables::{key_value_table, physical_plan};
+
+    /// A collected join of `b` (one partition) with `p`, its build side
+    /// behind a merge of that one partition.
+    async fn join_over_merged_build_side(p_partitions: usize) -> Arc<dyn ExecutionPlan> {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let rows: Vec<_> = (0..20).map(|i| (Some(i % 6), i)).collect();
+        ctx.register_table("b", Arc::new(key_value_table(&rows[..8], 1)))
+            .unwrap();
+        ctx.register_table("p", Arc::new(key_value_table(&rows, p_partitions)))
+            .unwrap();
+        let plan = physical_plan(&ctx, "SELECT * FROM b JOIN p ON b.k = p.k").await;
+        plan.transform_down(|node| {
+            let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let merged: Arc<dyn ExecutionPlan> =
+                Arc::new(CoalescePartitionsExec::new(Arc::clone(join.left())));
+            #[allow(deprecated)]
+            let join =
+                Arc::clone(&node).with_new_children(vec![merged, Arc::clone(join.right())])?;
+            Ok(Transformed::new(join, true, TreeNodeRecursion::Stop))
+        })
+        .unwrap()
+        .data
+    }
+
+    #[tokio::test]
+    async fn a_merge_of_one_partition_under_a_one_task_result_is_no_stage() {
+        let plan = join_over_merged_build_side(1).await;
+        assert_eq!(plan.output_partitioning().partition_count(), 1);
+        let graph = build_job_graph(plan).unwrap();
+        assert_eq!(graph.stages.len(), 1, "{}", graph.display_compact());
+    }
+
+    #[tokio::test]
+    async fn a_build_side_read_by_several_tasks_stays_a_stage() {
+        // Each of the join's two tasks would compute it again.
+        let plan = join_over_merged_build_side(2).await;
+        assert_eq!(plan.output_partitioning().partition_count(), 2);
+        let graph = build_job_graph(plan).unwrap();
+        assert_eq!(graph.stages.len(), 2, "{}", graph.display_compact());
+    }
 }
