@@ -50,6 +50,7 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinType, Result};
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr::PhysicalExprRef;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -58,7 +59,9 @@ use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::{
+    ExecutionPlan, ExecutionPlanProperties, StatisticsArgs, StatisticsContext,
+};
 
 use super::children::with_children_rewritten;
 use super::passed_columns::source_column;
@@ -229,7 +232,7 @@ fn reducing_keys(join: &HashJoinExec) -> Option<Vec<Key>> {
 const RECOMPUTED_BUILD_MAX_ROWS: usize = 100_000;
 
 /// A build side that filters (so likely to hold few of the probe side's
-/// keys) and that reducing joins elsewhere can read cheaply: a merge, cut
+/// keys, unless estimated otherwise: `keeps_most_rows`) and that reducing joins elsewhere can read cheaply: a merge, cut
 /// into one stage that each of them reads, or one partition over small
 /// tables, which each of them computes again.
 fn is_selective_build_side(build: &Arc<dyn ExecutionPlan>) -> bool {
@@ -237,7 +240,44 @@ fn is_selective_build_side(build: &Arc<dyn ExecutionPlan>) -> bool {
         Some(merge) => merge.fetch().is_none(),
         None => build.output_partitioning().partition_count() == 1 && reads_small_tables(build),
     };
-    shared && any_node(build, |node| node.is::<FilterExec>())
+    shared
+        && any_node(build, |node| {
+            node.downcast_ref::<FilterExec>()
+                .is_some_and(|filter| !keeps_most_rows(filter))
+        })
+}
+
+/// Whether DataFusion estimates that `filter` keeps more than half of its
+/// input's rows from the bounds of every column it compares (file footers'
+/// min and max): a filter those bounds say every row passes. Without
+/// bounds (an aggregate's result, an in-memory table) DataFusion's estimate
+/// is no information, and the filter is taken as selective. A reduction by
+/// a build side that keeps nearly every key probes every shuffled row for
+/// nothing: a sum of `lineitem` by supplier joined to the suppliers with
+/// `s_acctbal > -2000` (all of them) took 102 ms reduced, 83 ms not.
+/// DataFusion estimates from integer and date bounds (`s_nationkey >= 0`
+/// is caught); on that decimal comparison it falls back to its default
+/// guess of a fifth, so that case is still reduced.
+fn keeps_most_rows(filter: &FilterExec) -> bool {
+    let statistics = StatisticsContext::new();
+    let args = StatisticsArgs::new();
+    let (Ok(kept), Ok(read)) = (
+        statistics.compute(filter, &args),
+        statistics.compute(filter.input().as_ref(), &args),
+    ) else {
+        return false;
+    };
+    let bounded = collect_columns(filter.predicate()).iter().all(|column| {
+        read.column_statistics
+            .get(column.index())
+            .is_some_and(|column| {
+                column.min_value.get_value().is_some() && column.max_value.get_value().is_some()
+            })
+    });
+    match (kept.num_rows.get_value(), read.num_rows.get_value()) {
+        (Some(kept), Some(read)) if bounded => kept.saturating_mul(2) > *read,
+        _ => false,
+    }
 }
 
 /// Whether `plan` runs in one stage over tables of at most
@@ -615,6 +655,45 @@ mod tests {
                    JOIN b ON a.k = b.k";
         let (shown, _) = reduced(&ctx, sql).await;
         assert!(!shown.contains("join_type=RightSemi"), "{shown}");
+    }
+
+    /// `b` and `p` of `context` as Parquet files, whose footers give the
+    /// column bounds DataFusion estimates a filter's rows from.
+    async fn parquet_context(dir: &std::path::Path) -> SessionContext {
+        use datafusion::parquet::arrow::ArrowWriter;
+        let memory = context(1024);
+        let ctx = SessionContext::new_with_config(memory.copied_config());
+        for table in ["b", "p"] {
+            let batches = memory.table(table).await.unwrap().collect().await.unwrap();
+            let path = dir.join(format!("{table}.parquet"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer = ArrowWriter::try_new(file, batches[0].schema(), None).unwrap();
+            for batch in &batches {
+                writer.write(batch).unwrap();
+            }
+            writer.close().unwrap();
+            ctx.register_parquet(table, path.to_str().unwrap(), Default::default())
+                .await
+                .unwrap();
+        }
+        ctx
+    }
+
+    #[tokio::test]
+    async fn a_filter_estimated_to_keep_most_rows_reduces_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = parquet_context(dir.path()).await;
+        let sql = |filter: &str| {
+            format!(
+                "SELECT a.k, a.s, b.v FROM (SELECT k, sum(v) AS s FROM p GROUP BY k) a \
+                 JOIN b ON a.k = b.k WHERE {filter}"
+            )
+        };
+        // `v` runs from 0 to 9: by its bounds every row passes the first.
+        let (shown, _) = reduced(&ctx, &sql("b.v > -1")).await;
+        assert!(!shown.contains("join_type=RightSemi"), "{shown}");
+        let (shown, _) = reduced(&ctx, &sql("b.v > 7")).await;
+        assert!(shown.contains("join_type=RightSemi"), "{shown}");
     }
 
     /// `plan`, a collected join whose probe side is hashed on its keys, as
