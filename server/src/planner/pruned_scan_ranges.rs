@@ -266,6 +266,7 @@ fn plain(data_type: &DataType) -> &DataType {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::test_tables::without_collected_joins;
     use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNode;
     use datafusion::execution::runtime_env::RuntimeEnv;
@@ -364,14 +365,7 @@ mod tests {
         let mut config = config();
         // A partitioned join: each side hash-repartitioned, so each scan
         // still may shrink below its repartition; the join's inputs agree.
-        config
-            .options_mut()
-            .optimizer
-            .hash_join_single_partition_threshold = 0;
-        config
-            .options_mut()
-            .optimizer
-            .hash_join_single_partition_threshold_rows = 0;
+        without_collected_joins(&mut config);
         let ctx = planning_context(config.clone(), Arc::new(RuntimeEnv::default()));
         sorted_table(&ctx, dir.path()).await;
         let (groups, answer) = plan_and_answer(&ctx, sql).await;

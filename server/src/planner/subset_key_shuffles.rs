@@ -163,20 +163,15 @@ mod tests {
     use datafusion::physical_plan::{collect, displayable};
     use datafusion::prelude::{SessionConfig, SessionContext};
 
-    use crate::planner::test_tables::{key_value_table, physical_plan, sorted_lines};
+    use crate::planner::test_tables::{
+        key_value_table, physical_plan, sorted_lines, without_collected_joins,
+    };
 
     /// `t` and `u`: `(k, v)` rows with repeated pairs and a NULL key,
     /// planned in three partitions, joins partitioned.
     fn context() -> SessionContext {
         let mut config = SessionConfig::new().with_target_partitions(3);
-        config
-            .options_mut()
-            .optimizer
-            .hash_join_single_partition_threshold = 0;
-        config
-            .options_mut()
-            .optimizer
-            .hash_join_single_partition_threshold_rows = 0;
+        without_collected_joins(&mut config);
         let ctx = SessionContext::new_with_config(config);
         let rows: Vec<_> = (0..90)
             .map(|i| (Some(i % 7), i % 5))

@@ -8,7 +8,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
 
 /// `(k, v)` rows in `partitions` partitions (`k` may be NULL).
 pub fn key_value_table(rows: &[(Option<i64>, i64)], partitions: usize) -> MemTable {
@@ -43,4 +43,12 @@ pub async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn Execution
         .create_physical_plan()
         .await
         .unwrap()
+}
+
+/// `config` with every equi-join partitioned: no build side is small
+/// enough to collect.
+pub fn without_collected_joins(config: &mut SessionConfig) {
+    let optimizer = &mut config.options_mut().optimizer;
+    optimizer.hash_join_single_partition_threshold = 0;
+    optimizer.hash_join_single_partition_threshold_rows = 0;
 }
