@@ -270,7 +270,6 @@ impl Cutter {
     }
 
     /// The merge's input becomes a producer stage; the merge stays here.
-    /// A merge becomes a stage boundary: its input a producer stage.
     fn cut_merge(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         let input = Arc::clone(plan.children()[0]);
         let tasks = input.output_partitioning().partition_count();
