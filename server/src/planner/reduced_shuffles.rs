@@ -232,9 +232,10 @@ fn reducing_keys(join: &HashJoinExec) -> Option<Vec<Key>> {
 const RECOMPUTED_BUILD_MAX_ROWS: usize = 100_000;
 
 /// A build side that filters (so likely to hold few of the probe side's
-/// keys, unless estimated otherwise: `keeps_most_rows`) and that reducing joins elsewhere can read cheaply: a merge, cut
-/// into one stage that each of them reads, or one partition over small
-/// tables, which each of them computes again.
+/// keys, unless estimated otherwise: `keeps_most_rows`) and that reducing
+/// joins elsewhere can read cheaply: a merge, cut into one stage that each
+/// of them reads, or one partition over small tables, which each of them
+/// computes again.
 fn is_selective_build_side(build: &Arc<dyn ExecutionPlan>) -> bool {
     let shared = match build.downcast_ref::<CoalescePartitionsExec>() {
         Some(merge) => merge.fetch().is_none(),
