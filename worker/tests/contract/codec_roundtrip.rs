@@ -289,3 +289,44 @@ async fn float16_literals_arrive_as_float16() {
     assert_eq!(text(&actual), text(&expected));
     assert!(text(&actual).contains("true"), "{}", text(&actual));
 }
+
+/// A worker reads a file's page index from storage once, not once per
+/// task: the first task caches it with the footer. (DataFusion's opener
+/// asks its reader for the footer alone and reads the index itself,
+/// uncached; on a worker nothing else ever cached it.)
+#[tokio::test]
+async fn a_scan_caches_page_indexes_with_footers() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.parquet");
+    // Two row groups: the predicate rules one out by statistics and leaves
+    // the other for the page index to narrow.
+    write_parquet(&file, 200_000);
+    let ctx = SessionContext::new();
+    ctx.register_parquet("t", file.to_str().unwrap(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    let plan = physical_plan(&ctx, "SELECT v FROM t WHERE v = 150000").await;
+    let bytes = encode_plan(plan).unwrap();
+    // A worker's own runtime: nothing cached by planning.
+    let worker = SessionContext::new_with_config(task_session_config());
+    let page_indexes = || {
+        let cache = worker.runtime_env().cache_manager.get_file_metadata_cache();
+        cache
+            .list_entries()
+            .values()
+            .map(|entry| {
+                entry
+                    .value
+                    .file_metadata
+                    .extra_info()
+                    .get("page_index")
+                    .cloned()
+            })
+            .collect::<Vec<_>>()
+    };
+    for _task in 0..2 {
+        let rows = rows_per_task(&bytes, &worker).await;
+        assert_eq!(rows.iter().sum::<usize>(), 1, "{rows:?}");
+        assert_eq!(page_indexes(), vec![Some("true".to_string())]);
+    }
+}
