@@ -92,6 +92,14 @@ impl<V> HandleMap<V> {
         before.saturating_sub(self.entries.len())
     }
 
+    /// How many live entries `matches`.
+    pub fn count(&self, matches: impl Fn(&V) -> bool) -> usize {
+        self.entries
+            .iter()
+            .filter(|slot| slot.last_used.elapsed() <= self.ttl && matches(&slot.value))
+            .count()
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -182,7 +182,7 @@ impl SquadronFlightSql {
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = planned.schema.clone();
-        let id = self.state.statements.insert(planned)?;
+        let id = self.state.statements.insert(planned, &caller.quota_key())?;
         let handle = self.state.signer.sign(caller.user(), &id);
         let ticket = TicketStatementQuery {
             statement_handle: handle.into_bytes().into(),

@@ -3,7 +3,10 @@
 //! A ticket is redeemed once: DoGet removes the statement, so no query runs
 //! twice. Statements not fetched within the TTL expire, and the store holds
 //! at most `capacity` of them, so a client that never calls DoGet cannot
-//! grow it without bound.
+//! grow it without bound. One user (see `Caller::quota_key`) may hold at
+//! most a quarter of them: otherwise a single client calling GetFlightInfo
+//! without DoGet filled the store, and every user's queries were refused
+//! until its statements expired.
 
 use std::time::Duration;
 
@@ -16,7 +19,16 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_CAPACITY: usize = 1024;
 
 pub struct StatementStore {
-    entries: HandleMap<PlannedQuery>,
+    entries: HandleMap<Waiting>,
+    ttl: Duration,
+    /// The most statements one user may have waiting.
+    per_user: usize,
+}
+
+/// A statement and the user (quota key) it was planned for.
+struct Waiting {
+    user: String,
+    query: PlannedQuery,
 }
 
 impl Default for StatementStore {
@@ -29,21 +41,36 @@ impl StatementStore {
     pub fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
             entries: HandleMap::new("statements waiting for DoGet", ttl, capacity),
+            ttl,
+            per_user: (capacity / 4).max(1),
         }
     }
 
-    /// Stores a planned statement under a new handle.
-    pub fn insert(&self, query: PlannedQuery) -> Result<String, Status> {
-        self.entries.insert(query)
+    /// Stores a statement planned for `user` (a quota key) under a new
+    /// handle.
+    pub fn insert(&self, query: PlannedQuery, user: &str) -> Result<String, Status> {
+        let waiting = self.entries.count(|w| w.user == user);
+        if waiting >= self.per_user {
+            return Err(Status::resource_exhausted(format!(
+                "{user} has {waiting} statements waiting for DoGet, the most one user may \
+                 have; fetch their results or let them expire (after {:?})",
+                self.ttl
+            )));
+        }
+        self.entries.insert(Waiting {
+            user: user.to_string(),
+            query,
+        })
     }
 
     /// Takes the statement for its one DoGet.
     pub fn take(&self, handle: &str) -> Result<PlannedQuery, Status> {
-        self.entries.take(handle).ok_or_else(|| {
+        let waiting = self.entries.take(handle).ok_or_else(|| {
             Status::not_found(
                 "unknown statement handle (already fetched, expired, or never issued)",
             )
-        })
+        })?;
+        Ok(waiting.query)
     }
 
     /// Drops a statement not fetched yet (a cancel before DoGet); false
@@ -84,12 +111,27 @@ mod tests {
     #[test]
     fn a_handle_is_redeemed_once() {
         let store = StatementStore::default();
-        let h = store.insert(query()).unwrap();
+        let h = store.insert(query(), "alice").unwrap();
         assert!(store.take(&h).is_ok());
         assert_eq!(store.take(&h).unwrap_err().code(), tonic::Code::NotFound);
         assert_eq!(
             store.take("forged").unwrap_err().code(),
             tonic::Code::NotFound
         );
+    }
+
+    #[test]
+    fn one_user_cannot_fill_the_store_for_everyone() {
+        let store = StatementStore::new(DEFAULT_TTL, 8);
+        let mine: Vec<String> = (0..2)
+            .map(|_| store.insert(query(), "@10.0.0.1").unwrap())
+            .collect();
+        let refused = store.insert(query(), "@10.0.0.1").unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(refused.message().contains("@10.0.0.1 has 2"), "{refused}");
+        // Others still get in, and a fetched statement frees a place.
+        assert!(store.insert(query(), "bob").is_ok());
+        store.take(&mine[0]).unwrap();
+        assert!(store.insert(query(), "@10.0.0.1").is_ok());
     }
 }
