@@ -7,6 +7,11 @@
 //! entry idle for the TTL is dropped (on each insert, and by the server's
 //! reaper), and at most `capacity` entries exist at once; beyond that new
 //! ones are refused with RESOURCE_EXHAUSTED rather than evicting live ones.
+//!
+//! Each entry has an owner (a user, see `Caller::quota_key`), and one owner
+//! may hold at most a quarter of the capacity: otherwise one client that
+//! opens handles and never closes them fills the map, and every other
+//! user is refused until its entries expire.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +20,7 @@ use tonic::Status;
 
 struct Slot<V> {
     value: V,
+    owner: String,
     last_used: Instant,
 }
 
@@ -22,6 +28,8 @@ pub struct HandleMap<V> {
     entries: DashMap<String, Slot<V>>,
     ttl: Duration,
     capacity: usize,
+    /// The most entries one owner may hold.
+    per_owner: usize,
     /// What the entries are, plural, for error messages.
     what: &'static str,
 }
@@ -32,31 +40,51 @@ impl<V> HandleMap<V> {
             entries: DashMap::new(),
             ttl,
             capacity,
+            per_owner: (capacity / 4).max(1),
             what,
         }
     }
 
-    /// Keeps `value` under a new, unguessable handle.
-    pub fn insert(&self, value: V) -> Result<String, Status> {
+    /// Keeps `value`, owned by `owner`, under a new, unguessable handle.
+    pub fn insert(&self, value: V, owner: &str) -> Result<String, Status> {
         let handle = uuid::Uuid::new_v4().to_string();
-        self.insert_at(handle.clone(), value)?;
+        self.insert_at(handle.clone(), value, owner)?;
         Ok(handle)
     }
 
-    /// Keeps `value` under `key`, replacing what was there.
-    pub fn insert_at(&self, key: String, value: V) -> Result<(), Status> {
+    /// Keeps `value`, owned by `owner`, under `key`, replacing what was
+    /// there.
+    pub fn insert_at(&self, key: String, value: V, owner: &str) -> Result<(), Status> {
         self.expire();
-        if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
-            return Err(Status::resource_exhausted(format!(
-                "{} {} are open; close some or let them expire",
-                self.capacity, self.what
-            )));
+        if !self.entries.contains_key(&key) {
+            self.check_room(owner)?;
         }
         let slot = Slot {
             value,
+            owner: owner.to_string(),
             last_used: Instant::now(),
         };
         self.entries.insert(key, slot);
+        Ok(())
+    }
+
+    /// Refuses a new entry of `owner` when the map, or the owner's share
+    /// of it, is full.
+    fn check_room(&self, owner: &str) -> Result<(), Status> {
+        if self.entries.len() >= self.capacity {
+            return Err(Status::resource_exhausted(format!(
+                "{} {} are open; close some or let them expire (after {:?} idle)",
+                self.capacity, self.what, self.ttl
+            )));
+        }
+        let owned = self.entries.iter().filter(|s| s.owner == owner).count();
+        if owned >= self.per_owner {
+            return Err(Status::resource_exhausted(format!(
+                "{owner} has {owned} {} open, the most one user may have; close some or \
+                 let them expire (after {:?} idle)",
+                self.what, self.ttl
+            )));
+        }
         Ok(())
     }
 
@@ -92,14 +120,6 @@ impl<V> HandleMap<V> {
         before.saturating_sub(self.entries.len())
     }
 
-    /// How many live entries `matches`.
-    pub fn count(&self, matches: impl Fn(&V) -> bool) -> usize {
-        self.entries
-            .iter()
-            .filter(|slot| slot.last_used.elapsed() <= self.ttl && matches(&slot.value))
-            .count()
-    }
-
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -123,8 +143,8 @@ mod tests {
     #[test]
     fn handles_are_unique_and_unknown_ones_find_nothing() {
         let map = HandleMap::new("things", Duration::from_secs(60), 8);
-        let a = map.insert(1).unwrap();
-        let b = map.insert(2).unwrap();
+        let a = map.insert(1, "alice").unwrap();
+        let b = map.insert(2, "alice").unwrap();
         assert_ne!(a, b);
         assert_eq!(map.get(&a), Some(1));
         assert_eq!(map.get("forged"), None);
@@ -137,21 +157,23 @@ mod tests {
     #[test]
     fn the_map_is_bounded() {
         let map = HandleMap::new("things", Duration::from_secs(60), 2);
-        let a = map.insert(1).unwrap();
-        map.insert(2).unwrap();
-        let err = map.insert(3).unwrap_err();
+        let a = map.insert(1, "alice").unwrap();
+        map.insert(2, "bob").unwrap();
+        let err = map.insert(3, "carol").unwrap_err();
         assert_eq!(err.code(), tonic::Code::ResourceExhausted);
         assert!(err.message().contains("2 things are open"));
         // Replacing an existing key is not growth.
-        map.insert_at(a, 4).unwrap();
+        map.insert_at(a, 4, "alice").unwrap();
         assert_eq!(map.len(), 2);
     }
 
     #[test]
     fn idle_entries_expire_and_use_keeps_them_alive() {
         let map = HandleMap::new("things", Duration::from_millis(40), 100);
-        let kept = map.insert(1).unwrap();
-        let abandoned: Vec<String> = (0..50).map(|i| map.insert(i).unwrap()).collect();
+        let kept = map.insert(1, "alice").unwrap();
+        let abandoned: Vec<String> = (0..50)
+            .map(|i| map.insert(i, &format!("user{i}")).unwrap())
+            .collect();
         for _ in 0..4 {
             std::thread::sleep(Duration::from_millis(15));
             assert!(map.get(&kept).is_some(), "used entries stay");
@@ -160,5 +182,25 @@ mod tests {
         assert_eq!(map.expire(), 49);
         assert_eq!(map.len(), 1);
         assert_eq!(map.take(&kept), Some(1));
+    }
+
+    #[test]
+    fn one_owner_holds_at_most_a_quarter() {
+        let map = HandleMap::new("things", Duration::from_secs(60), 8);
+        let mine: Vec<String> = (0..2)
+            .map(|i| map.insert(i, "@10.0.0.1").unwrap())
+            .collect();
+        let refused = map.insert(2, "@10.0.0.1").unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("@10.0.0.1 has 2 things open"),
+            "{refused}"
+        );
+        // Replacing one of its own keys is not growth; others still get
+        // in; a freed entry frees a place.
+        map.insert_at(mine[1].clone(), 3, "@10.0.0.1").unwrap();
+        assert!(map.insert(4, "bob").is_ok());
+        assert!(map.remove(&mine[0]));
+        assert!(map.insert(5, "@10.0.0.1").is_ok());
     }
 }

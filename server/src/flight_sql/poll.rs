@@ -118,7 +118,9 @@ impl SquadronFlightSql {
             stream: Mutex::new(Some(stream)),
         };
         // Refused at capacity: the stream is dropped and the query stops.
-        self.state().polls.insert_at(id.clone(), polled)?;
+        self.state()
+            .polls
+            .insert_at(id.clone(), polled, &caller.quota_key())?;
         self.poll_again(caller, &id)
     }
 

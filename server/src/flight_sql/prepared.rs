@@ -172,9 +172,9 @@ impl PreparedStore {
         }
     }
 
-    /// Keeps `prepared` under a new handle.
-    pub fn insert(&self, prepared: Prepared) -> Result<String, Status> {
-        self.entries.insert(prepared)
+    /// Keeps `prepared`, made by `user` (a quota key), under a new handle.
+    pub fn insert(&self, prepared: Prepared, user: &str) -> Result<String, Status> {
+        self.entries.insert(prepared, user)
     }
 
     /// The statement with id `id`; using it keeps it alive.
@@ -306,7 +306,7 @@ mod tests {
     async fn handles_are_closed_expire_and_are_bounded() {
         let p = prepare("SELECT 1").await;
         let store = PreparedStore::new(DEFAULT_TTL, 2);
-        let h = store.insert(p.clone()).unwrap();
+        let h = store.insert(p.clone(), "a").unwrap();
         assert!(store.get(&h).is_ok());
         store.remove(&h).unwrap();
         assert_eq!(store.get(&h).unwrap_err().code(), tonic::Code::NotFound);
@@ -315,23 +315,26 @@ mod tests {
             tonic::Code::NotFound
         );
         assert_eq!(store.get("").unwrap_err().code(), tonic::Code::NotFound);
-        store.insert(p.clone()).unwrap();
-        store.insert(p.clone()).unwrap();
+        store.insert(p.clone(), "a").unwrap();
+        store.insert(p.clone(), "b").unwrap();
         assert_eq!(
-            store.insert(p.clone()).unwrap_err().code(),
+            store.insert(p.clone(), "c").unwrap_err().code(),
             tonic::Code::ResourceExhausted
         );
 
         // Abandoned handles are reclaimed once idle for the TTL.
         let store = PreparedStore::new(Duration::from_millis(1), 2);
-        let abandoned: Vec<String> = (0..2).map(|_| store.insert(p.clone()).unwrap()).collect();
+        let abandoned: Vec<String> = ["a", "b"]
+            .iter()
+            .map(|user| store.insert(p.clone(), user).unwrap())
+            .collect();
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(
             store.get(&abandoned[0]).unwrap_err().code(),
             tonic::Code::NotFound
         );
         for _ in 0..10 {
-            store.insert(p.clone()).unwrap();
+            store.insert(p.clone(), "a").unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
         assert!(store.len() <= 2);

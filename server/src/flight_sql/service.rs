@@ -462,7 +462,7 @@ impl FlightSqlService for SquadronFlightSql {
         let prepared = Prepared::new(plan)?;
         let dataset_schema = schema_bytes(&prepared.dataset)?;
         let parameter_schema = schema_bytes(&prepared.parameters)?;
-        let id = self.state.prepared.insert(prepared)?;
+        let id = self.state.prepared.insert(prepared, &caller.quota_key())?;
         let handle = self.state.signer.sign(caller.user(), &id);
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),

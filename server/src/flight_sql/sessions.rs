@@ -144,9 +144,10 @@ impl Sessions {
             }
         }
         let session = Arc::new(Session::derived_from(self.shared.ctx()));
-        let id = self.by_id.insert(Arc::clone(&session))?;
+        let owner = caller.quota_key();
+        let id = self.by_id.insert(Arc::clone(&session), &owner)?;
         if let Some(peer) = caller.peer_key() {
-            if let Err(e) = self.by_peer.insert_at(peer, id.clone()) {
+            if let Err(e) = self.by_peer.insert_at(peer, id.clone(), &owner) {
                 self.by_id.remove(&id);
                 return Err(e);
             }
@@ -239,14 +240,31 @@ mod tests {
     #[test]
     fn abandoned_sessions_are_reclaimed_and_bounded() {
         let sessions = sessions(Duration::from_millis(30), 16);
-        for port in 0..16 {
-            sessions.open(&caller(None, port)).unwrap();
+        let of = |user: &str, port| Caller {
+            user: user.into(),
+            ..caller(None, port)
+        };
+        for port in 0..4 {
+            sessions.open(&of("alice", port)).unwrap();
         }
-        let refused = sessions.open(&caller(None, 99)).unwrap_err();
+        // One user holds at most a quarter of the sessions.
+        let refused = sessions.open(&of("alice", 99)).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(refused.message().contains("alice has 4"), "{refused}");
+        for (user, port) in ["bob", "carol", "dave"]
+            .iter()
+            .flat_map(|u| (0..4).map(|p| (*u, p)))
+        {
+            sessions.open(&of(user, port)).unwrap();
+        }
+        let refused = sessions.open(&of("erin", 99)).unwrap_err();
+        assert!(
+            refused.message().contains("16 client sessions are open"),
+            "{refused}"
+        );
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(sessions.expire(), 16);
         assert!(sessions.is_empty());
-        sessions.open(&caller(None, 99)).unwrap();
+        sessions.open(&of("alice", 99)).unwrap();
     }
 }

@@ -3,10 +3,9 @@
 //! A ticket is redeemed once: DoGet removes the statement, so no query runs
 //! twice. Statements not fetched within the TTL expire, and the store holds
 //! at most `capacity` of them, so a client that never calls DoGet cannot
-//! grow it without bound. One user (see `Caller::quota_key`) may hold at
-//! most a quarter of them: otherwise a single client calling GetFlightInfo
-//! without DoGet filled the store, and every user's queries were refused
-//! until its statements expired.
+//! grow it without bound; one user may hold at most a quarter of them (see
+//! `HandleMap`), so a client calling GetFlightInfo without DoGet cannot
+//! lock the others out.
 
 use std::time::Duration;
 
@@ -19,16 +18,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_CAPACITY: usize = 1024;
 
 pub struct StatementStore {
-    entries: HandleMap<Waiting>,
-    ttl: Duration,
-    /// The most statements one user may have waiting.
-    per_user: usize,
-}
-
-/// A statement and the user (quota key) it was planned for.
-struct Waiting {
-    user: String,
-    query: PlannedQuery,
+    entries: HandleMap<PlannedQuery>,
 }
 
 impl Default for StatementStore {
@@ -41,36 +31,22 @@ impl StatementStore {
     pub fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
             entries: HandleMap::new("statements waiting for DoGet", ttl, capacity),
-            ttl,
-            per_user: (capacity / 4).max(1),
         }
     }
 
     /// Stores a statement planned for `user` (a quota key) under a new
     /// handle.
     pub fn insert(&self, query: PlannedQuery, user: &str) -> Result<String, Status> {
-        let waiting = self.entries.count(|w| w.user == user);
-        if waiting >= self.per_user {
-            return Err(Status::resource_exhausted(format!(
-                "{user} has {waiting} statements waiting for DoGet, the most one user may \
-                 have; fetch their results or let them expire (after {:?})",
-                self.ttl
-            )));
-        }
-        self.entries.insert(Waiting {
-            user: user.to_string(),
-            query,
-        })
+        self.entries.insert(query, user)
     }
 
     /// Takes the statement for its one DoGet.
     pub fn take(&self, handle: &str) -> Result<PlannedQuery, Status> {
-        let waiting = self.entries.take(handle).ok_or_else(|| {
+        self.entries.take(handle).ok_or_else(|| {
             Status::not_found(
                 "unknown statement handle (already fetched, expired, or never issued)",
             )
-        })?;
-        Ok(waiting.query)
+        })
     }
 
     /// Drops a statement not fetched yet (a cancel before DoGet); false
