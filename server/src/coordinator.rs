@@ -250,6 +250,12 @@ impl Coordinator {
         self.admission.running()
     }
 
+    /// Whether fewer than half the running slots are taken: room to start
+    /// a query before its client asks for the rows.
+    pub fn has_room_to_start_early(&self) -> bool {
+        self.admission.mostly_free()
+    }
+
     /// Plans one SQL statement in `session`.
     pub async fn plan(&self, session: &Arc<Session>, sql: &str) -> Result<PlannedQuery, Status> {
         let started = Instant::now();

@@ -50,6 +50,11 @@ impl Admission {
             .map_err(|_| Status::unavailable("the server is shutting down"))
     }
 
+    /// Whether fewer than half the running slots are taken.
+    pub fn mostly_free(&self) -> bool {
+        self.running.available_permits() * 2 > self.max_running
+    }
+
     /// Queries running now.
     pub fn running(&self) -> usize {
         self.max_running - self.running.available_permits()
