@@ -5,16 +5,13 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    assert_workers_idle, coordinator, coordinator_with, oracle, oracle_context, test_options,
-    tpch_data,
+    assert_workers_idle, cancel_flight_info, coordinator, coordinator_with, oracle, oracle_context,
+    test_options, tpch_data,
 };
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
-use arrow_flight::{
-    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor,
-    FlightInfo, Ticket,
-};
+use arrow_flight::{CancelStatus, FlightDescriptor, FlightInfo, Ticket};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use futures::TryStreamExt;
@@ -63,6 +60,21 @@ async fn read(
         .map_err(|e| tonic::Status::internal(e.to_string()))
 }
 
+/// Describes a query of 1.5 M rows, far more than the output buffer
+/// holds, so its tasks wait for a reader; returns once it runs.
+async fn start_unread_query(
+    client: &mut FlightServiceClient<Channel>,
+    server: &RunningServer,
+) -> FlightInfo {
+    let info = describe(client, "SELECT * FROM lineitem, nation").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.coordinator.running_jobs() == 0 {
+        assert!(Instant::now() < deadline, "the query never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    info
+}
+
 fn assert_same(got: &[RecordBatch], want: &[RecordBatch]) {
     assert_eq!(
         pretty_format_batches(got).unwrap().to_string(),
@@ -100,25 +112,11 @@ async fn a_started_statement_nobody_fetches_stops_when_cancelled() {
     let server = coordinator(vec![], tables).await;
     let mut client = flight_client(&server).await;
 
-    // 1.5 M rows: far more than the output buffer holds, so its tasks
-    // wait for a reader that never comes.
-    let info = describe(&mut client, "SELECT * FROM lineitem, nation").await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.coordinator.running_jobs() == 0 {
-        assert!(Instant::now() < deadline, "the query never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let cancel = CancelFlightInfoRequest { info: Some(info) };
-    let results: Vec<_> = client
-        .do_action(Action::new("CancelFlightInfo", cancel.encode_to_vec()))
-        .await
-        .expect("CancelFlightInfo")
-        .into_inner()
-        .try_collect()
-        .await
-        .unwrap();
-    let result = CancelFlightInfoResult::decode(results[0].body.clone()).unwrap();
-    assert_eq!(result.status(), CancelStatus::Cancelled);
+    let info = start_unread_query(&mut client, &server).await;
+    assert_eq!(
+        cancel_flight_info(&mut client, info).await,
+        CancelStatus::Cancelled
+    );
     assert_workers_idle(&server, Duration::from_secs(10), "cancelling before DoGet").await;
     assert_eq!(server.coordinator.running_jobs(), 0);
 }
@@ -134,12 +132,7 @@ async fn without_room_a_statement_waits_for_its_doget() {
 
     // A query that holds one of the two slots until it is read: half the
     // slots are taken, so the next statement is not started early.
-    let busy = describe(&mut client, "SELECT * FROM lineitem, nation").await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.coordinator.running_jobs() == 0 {
-        assert!(Instant::now() < deadline, "the first query never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let busy = start_unread_query(&mut client, &server).await;
     let info = describe(&mut client, GROUPED).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(server.coordinator.running_jobs(), 1, "started without room");

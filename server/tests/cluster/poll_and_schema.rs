@@ -3,14 +3,16 @@
 
 use std::time::Duration;
 
-use crate::support::{assert_workers_idle, coordinator, oracle, oracle_context, tpch_data};
+use crate::support::{
+    assert_workers_idle, cancel_flight_info, coordinator, oracle, oracle_context, tpch_data,
+};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::{
     ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
     CommandGetTables, CommandPreparedStatementQuery, CommandStatementQuery, ProstMessageExt,
 };
-use arrow_flight::{Action, CancelFlightInfoRequest, FlightDescriptor, PollInfo};
+use arrow_flight::{Action, FlightDescriptor, PollInfo};
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use futures::TryStreamExt;
@@ -137,20 +139,11 @@ async fn a_polled_query_that_waits_for_its_reader_is_complete_and_cancellable() 
     assert!(poll.progress.unwrap() < 1.0, "tasks still run: {poll:?}");
 
     // Never read: cancelling it stops every task.
-    let cancel = CancelFlightInfoRequest {
-        info: poll.info.clone(),
-    };
-    let action = Action::new("CancelFlightInfo", cancel.encode_to_vec());
-    let results: Vec<_> = client
-        .do_action(action)
-        .await
-        .expect("CancelFlightInfo")
-        .into_inner()
-        .try_collect()
-        .await
-        .unwrap();
-    let result = arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone()).unwrap();
-    assert_eq!(result.status(), arrow_flight::CancelStatus::Cancelled);
+    let info = poll.info.clone().expect("a FlightInfo");
+    assert_eq!(
+        cancel_flight_info(&mut client, info).await,
+        arrow_flight::CancelStatus::Cancelled
+    );
     assert_workers_idle(
         &server,
         Duration::from_secs(10),

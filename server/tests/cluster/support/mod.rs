@@ -251,3 +251,25 @@ pub fn tpch_query(n: usize) -> String {
         .join(format!("q{n}.sql"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// Sends CancelFlightInfo for `info` through a raw Flight client; its
+/// answer.
+pub async fn cancel_flight_info(
+    client: &mut arrow_flight::flight_service_client::FlightServiceClient<Channel>,
+    info: arrow_flight::FlightInfo,
+) -> arrow_flight::CancelStatus {
+    use prost::Message;
+    let cancel = arrow_flight::CancelFlightInfoRequest { info: Some(info) };
+    let action = arrow_flight::Action::new("CancelFlightInfo", cancel.encode_to_vec());
+    let results: Vec<_> = client
+        .do_action(action)
+        .await
+        .expect("CancelFlightInfo")
+        .into_inner()
+        .try_collect()
+        .await
+        .expect("its answer");
+    arrow_flight::CancelFlightInfoResult::decode(results[0].body.clone())
+        .expect("a CancelFlightInfoResult")
+        .status()
+}
