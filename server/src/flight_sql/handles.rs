@@ -57,7 +57,7 @@ impl<V> HandleMap<V> {
     pub fn insert_at(&self, key: String, value: V, owner: &str) -> Result<(), Status> {
         self.expire();
         if !self.entries.contains_key(&key) {
-            self.check_room(owner)?;
+            self.refuse_when_full(owner)?;
         }
         let slot = Slot {
             value,
@@ -68,9 +68,16 @@ impl<V> HandleMap<V> {
         Ok(())
     }
 
+    /// Whether a new entry of `owner` would be let in now (without
+    /// keeping a place for it).
+    pub fn check_room(&self, owner: &str) -> Result<(), Status> {
+        self.expire();
+        self.refuse_when_full(owner)
+    }
+
     /// Refuses a new entry of `owner` when the map, or the owner's share
     /// of it, is full.
-    fn check_room(&self, owner: &str) -> Result<(), Status> {
+    fn refuse_when_full(&self, owner: &str) -> Result<(), Status> {
         if self.entries.len() >= self.capacity {
             return Err(Status::resource_exhausted(format!(
                 "{} {} are open; close some or let them expire (after {:?} idle)",

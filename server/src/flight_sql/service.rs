@@ -182,13 +182,15 @@ impl SquadronFlightSql {
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = planned.schema.clone();
+        let user = caller.quota_key();
+        // Before starting anything: a query started for a statement the
+        // store then refuses would be dispatched only to be stopped.
+        self.state.statements.check_room(&user)?;
         let id = uuid::Uuid::new_v4().to_string();
         let pending = self.start_early(caller, &id, planned).await?;
-        // Refused (the caller's share is full): a started query stops with
-        // its dropped stream.
         self.state
             .statements
-            .insert_at(id.clone(), pending, &caller.quota_key())?;
+            .insert_at(id.clone(), pending, &user)?;
         let handle = self.state.signer.sign(caller.user(), &id);
         let ticket = TicketStatementQuery {
             statement_handle: handle.into_bytes().into(),

@@ -51,6 +51,12 @@ impl StatementStore {
         self.entries.insert_at(handle, pending, user)
     }
 
+    /// Refuses when `user` could not store one more statement (checked
+    /// before a query is started for it).
+    pub fn check_room(&self, user: &str) -> Result<(), Status> {
+        self.entries.check_room(user)
+    }
+
     /// Takes the statement under `handle` if it has started.
     pub fn take_started(&self, handle: &str) -> Option<JobStream> {
         let started = self
@@ -151,6 +157,10 @@ mod tests {
         let mine: Vec<String> = (0..2)
             .map(|_| insert(&store, planned(), "@10.0.0.1").unwrap())
             .collect();
+        // Checked before anything is started for it, and at insertion.
+        let refused = store.check_room("@10.0.0.1").unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(store.check_room("bob").is_ok());
         let refused = insert(&store, planned(), "@10.0.0.1").unwrap_err();
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert!(refused.message().contains("@10.0.0.1 has 2"), "{refused}");
