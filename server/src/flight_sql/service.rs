@@ -2,7 +2,7 @@
 //! talk to.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::decode::FlightRecordBatchStream;
@@ -46,7 +46,7 @@ use super::session_options::{
     self, SetSessionOptionsRequest, CLOSE_SESSION, GET_SESSION_OPTIONS, SET_SESSION_OPTIONS,
 };
 use super::sessions::{Caller, Sessions, DEFAULT_CAPACITY, DEFAULT_IDLE_TTL, SESSION_COOKIE};
-use super::statements::{Pending, StatementStore};
+use super::statements::{Pending, StartedQuery, StatementStore};
 use crate::coordinator::{Coordinator, PlannedQuery, Work};
 use crate::output::encode_batches;
 use crate::security::auth::Authenticator;
@@ -228,7 +228,7 @@ impl SquadronFlightSql {
         };
         let job_id = self.state.signer.job_id(id);
         let stream = self.run_query(caller, slot, &job_id, planned).await?;
-        Ok(Pending::Started(Mutex::new(stream)))
+        Ok(Pending::Started(StartedQuery::new(stream)))
     }
 
     /// Cancels the statements `info`'s tickets name: one not fetched yet
@@ -882,7 +882,7 @@ impl FlightSqlService for SquadronFlightSql {
         // a retry.
         let slot = self.state.quotas.admit(&caller)?;
         let stream = match self.state.statements.take(&id)? {
-            Pending::Started(stream) => stream.into_inner().unwrap_or_else(|e| e.into_inner()),
+            Pending::Started(started) => started.into_stream(),
             Pending::Planned(planned) => {
                 let job_id = self.state.signer.job_id(&id);
                 self.run_query(&caller, slot, &job_id, planned).await?

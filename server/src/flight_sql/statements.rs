@@ -28,9 +28,22 @@ pub struct StatementStore {
 /// A statement waiting for its DoGet.
 pub enum Pending {
     Planned(PlannedQuery),
-    /// Running; the rows wait in its stream (behind a lock only so that
-    /// the store can be shared between threads).
-    Started(Mutex<JobStream>),
+    /// Running; the rows wait in its stream.
+    Started(StartedQuery),
+}
+
+/// A running query's stream, behind a lock only so that the store can be
+/// shared between threads.
+pub struct StartedQuery(Mutex<JobStream>);
+
+impl StartedQuery {
+    pub fn new(stream: JobStream) -> Self {
+        Self(Mutex::new(stream))
+    }
+
+    pub fn into_stream(self) -> JobStream {
+        self.0.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Default for StatementStore {
@@ -66,9 +79,7 @@ impl StatementStore {
             return None;
         }
         match self.entries.take(handle)? {
-            Pending::Started(stream) => {
-                Some(stream.into_inner().unwrap_or_else(|e| e.into_inner()))
-            }
+            Pending::Started(started) => Some(started.into_stream()),
             Pending::Planned(_) => None,
         }
     }
@@ -145,7 +156,7 @@ mod tests {
             "a planned statement stays for its DoGet"
         );
         let stream = futures::stream::empty().boxed();
-        let started = insert(&store, Pending::Started(Mutex::new(stream)), "alice").unwrap();
+        let started = insert(&store, Pending::Started(StartedQuery::new(stream)), "alice").unwrap();
         assert!(store.take_started(&started).is_some());
         assert!(store.take_started(&started).is_none(), "taken once");
         assert!(store.take_started("forged").is_none());
