@@ -12,19 +12,20 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== build"
 cargo build --workspace --bins --tests --locked
-# The README's run command (`cargo run -p squadron-server`) names no
-# binary: the package's default-run must name the server. Checked here
-# without `cargo run -p`, whose feature set differs from the workspace's
-# and made every test run compile DataFusion twice more (there and back).
-metadata=$(cargo metadata --no-deps --format-version 1 --locked)
-grep -q '"default_run":"squadron-server"' <<< "$metadata"
+# The README's run command (`cargo run --bin squadron-server`) selects the
+# whole workspace, as this build does, so after it the command starts at
+# once. (`cargo run -p squadron-server` resolves the dependencies' features
+# for that package alone and compiles DataFusion again.)
 "${CARGO_TARGET_DIR:-target}/debug/squadron-server" --help > /dev/null
 
 echo "== rust tests"
 cargo test --workspace --locked
 
 echo "== DataFusion's sqllogictest corpus, CI subset: single-node vs Squadron"
-cargo run --quiet --locked -p squadron-sqllogictest -- --subset ci --check
+# The binary the build above made: `cargo run -p squadron-sqllogictest`
+# resolves features for that package alone and spent five minutes
+# compiling it again.
+"${CARGO_TARGET_DIR:-target}/debug/squadron-slt" --subset ci --check
 
 echo "== python client tests"
 venv=integration/.venv

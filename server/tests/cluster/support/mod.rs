@@ -20,7 +20,14 @@ use tonic::Status;
 /// date once per test run: a binary left from before a change to the
 /// worker would speak an older plan encoding and fail in confusing ways
 /// (cargo only rebuilds the test's own dependencies, not other packages'
-/// binaries). A fresh binary costs cargo a second to confirm.
+/// binaries).
+///
+/// It is built for the whole workspace with its tests, as `./test.sh`
+/// builds it, so that an up-to-date binary costs cargo a second to
+/// confirm. Built with `-p squadron-worker` alone, cargo resolves the
+/// dependencies' features for that package only (some crates below
+/// DataFusion lose features the workspace turns on) and compiled all of
+/// DataFusion once more, minutes of CPU under the running cluster tests.
 pub fn worker_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -29,7 +36,7 @@ pub fn worker_binary() -> PathBuf {
             // target/<profile>/deps/<test> → target/<profile>/squadron-worker
             let dir = exe.parent().and_then(Path::parent).expect("target dir");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut args = vec!["build", "-p", "squadron-worker", "--bin", "squadron-worker"];
+            let mut args = vec!["build", "--workspace", "--bins", "--tests"];
             if dir.ends_with("release") {
                 args.push("--release");
             }
