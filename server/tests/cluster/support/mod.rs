@@ -40,14 +40,33 @@ pub fn worker_binary() -> PathBuf {
             if dir.ends_with("release") {
                 args.push("--release");
             }
-            let status = Command::new(cargo)
-                .args(&args)
-                .status()
-                .expect("running cargo build");
+            let mut build = Command::new(cargo);
+            build.args(&args);
+            for (name, _) in std::env::vars_os() {
+                if name.to_str().is_some_and(set_by_cargo_for_tests) {
+                    build.env_remove(name);
+                }
+            }
+            let status = build.status().expect("running cargo build");
             assert!(status.success(), "building squadron-worker failed");
             dir.join("squadron-worker")
         })
         .clone()
+}
+
+/// Variables cargo sets for a test process (the package's manifest
+/// directory, name and version, ...). Build scripts read some of them and
+/// cargo reruns a build script when one it read changes, so a build run
+/// with this test's values (`ring`'s, then everything above it down to
+/// DataFusion) is stale for cargo outside, and the other way round.
+fn set_by_cargo_for_tests(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR"
+        )
 }
 
 /// A worker process on an ephemeral loopback port, killed on drop.
