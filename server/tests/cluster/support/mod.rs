@@ -55,10 +55,10 @@ pub fn worker_binary() -> PathBuf {
 }
 
 /// Variables cargo sets for a test process (the package's manifest
-/// directory, name and version, ...). Build scripts read some of them and
-/// cargo reruns a build script when one it read changes, so a build run
-/// with this test's values (`ring`'s, then everything above it down to
-/// DataFusion) is stale for cargo outside, and the other way round.
+/// directory, name and version, ...). Build scripts read some of them, and
+/// cargo reruns a build script when a variable it read changes: with this
+/// test's values, `ring`'s ran again and everything above it was rebuilt,
+/// DataFusion included (and once more by the next cargo command outside).
 fn set_by_cargo_for_tests(name: &str) -> bool {
     name.starts_with("CARGO_PKG_")
         || name.starts_with("CARGO_BIN_EXE_")
