@@ -50,6 +50,10 @@ def cluster(tmp_path_factory):
             "--workers", ",".join(w.url for w in workers),
             "--demo", "--demo-scale", SCALE,
             "--data-dir", str(data_dir),
+            # Every table at this scale is small enough to be read on the
+            # coordinator; these tests are about the cluster (the JDBC
+            # suite runs with the default).
+            "--coordinator-scan-limit", "0",
         ]
     )
     yield {

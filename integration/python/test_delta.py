@@ -60,6 +60,8 @@ def delta_cluster(tables, tmp_path_factory):
     ]
     server = Process(
         [str(BIN_DIR / "squadron-server"), "--listen", "127.0.0.1:0", "--insecure",
+         # Small tables: read by the workers all the same, which is what is tested.
+         "--coordinator-scan-limit", "0",
          "--workers", ",".join(w.url for w in workers),
          "--data-dir", str(tmp_path_factory.mktemp("delta-data")),
          "--data-root", str(tables),

@@ -74,6 +74,8 @@ def dns_cluster(tmp_path_factory):
         "--workers-dns", f"{NAME}:{port}", "--discovery-interval", "0.2",
         "--health-interval", "0.3",
         "--demo", "--demo-scale", SCALE, "--data-dir", str(tmp / "data"),
+        # Every table at this scale could be read on the coordinator.
+        "--coordinator-scan-limit", "0",
     ]
     # mount --bind keeps the file's inode: rewriting it in place changes what
     # the coordinator's resolver reads.

@@ -165,6 +165,8 @@ def s3_cluster(s3, formats_dir, tmp_path_factory):
     tables.append(f"lineitem_by_flag={formats_dir / 'lineitem_by_flag'}")
     server = Process(
         [str(BIN_DIR / "squadron-server"), "--listen", "127.0.0.1:0", "--insecure",
+         # Small tables: read by the workers all the same, which is what is tested.
+         "--coordinator-scan-limit", "0",
          "--workers", ",".join(w.url for w in workers),
          "--data-dir", str(tmp_path_factory.mktemp("s3-data")),
          "--store", store, "--store", unreachable,
@@ -386,6 +388,8 @@ def emulated_store(request, cluster, tmp_path_factory):
         emulator, options, env = start_fake_gcs(port, files, tmp_path_factory)
     server = Process(
         [str(BIN_DIR / "squadron-server"), "--listen", "127.0.0.1:0", "--insecure",
+         # Small tables: read by the workers all the same, which is what is tested.
+         "--coordinator-scan-limit", "0",
          "--local-workers", "2", "--data-dir", str(tmp_path_factory.mktemp(f"{scheme}-data")),
          "--store", f"{scheme}://{BUCKET}?{options}",
          "--table", f"nation={scheme}://{BUCKET}/sf/nation/"],

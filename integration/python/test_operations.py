@@ -58,6 +58,9 @@ def observed(tmp_path_factory):
                 f'workers-file = "{workers_file}"',
                 "discovery-interval = 0.2",
                 "health-interval = 0.3",
+                # Every table at this scale could be read on the coordinator;
+                # these tests watch the workers.
+                "coordinator-scan-limit = 0",
                 f'metrics-listen = "127.0.0.1:{coordinator_port}"',
                 # Overridden by the environment, which a flag overrides.
                 "max-queries-per-user = 1",

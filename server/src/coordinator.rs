@@ -18,6 +18,7 @@ use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
 use squadron_worker::plan::guard::DataRoots;
+use squadron_worker::plan::prepare_parquet_scans;
 use tokio::sync::mpsc::WeakSender;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +26,8 @@ use tonic::Status;
 
 use crate::catalog::persisted::PersistedCatalog;
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
-use crate::planner::local::reads_no_table;
+use crate::planner::cached_footers::CachedFooters;
+use crate::planner::local::{reads_little, reads_no_table, DEFAULT_COORDINATOR_SCAN_LIMIT};
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::queries::QueryLog;
@@ -71,8 +73,8 @@ impl PlannedQuery {
 pub enum Work {
     /// A query to run on the workers, its stage plans encoded.
     Distributed(Arc<JobGraph>),
-    /// A query that reads no table (`SELECT 1`, `information_schema`), run
-    /// on the coordinator in its session.
+    /// A query that reads no table (`SELECT 1`, `information_schema`) or
+    /// little (see `planner::local`), run on the coordinator in its session.
     Local(Arc<dyn ExecutionPlan>, Arc<TaskContext>),
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
@@ -173,6 +175,9 @@ pub struct Coordinator {
     table_roots: Option<DataRoots>,
     /// Running and recently ended queries (`system.queries`).
     queries: Arc<QueryLog>,
+    /// Queries reading at most this many bytes of Parquet run here
+    /// (`--coordinator-scan-limit`).
+    scan_limit: u64,
 }
 
 impl Coordinator {
@@ -187,7 +192,25 @@ impl Coordinator {
             running: Arc::new(DashMap::new()),
             table_roots: None,
             queries: Arc::default(),
+            scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
         }
+    }
+
+    /// Runs queries that read at most `bytes` of Parquet here, not on the
+    /// workers; 0 sends every table read to the workers.
+    pub fn with_scan_limit(mut self, bytes: u64) -> Self {
+        self.scan_limit = bytes;
+        self
+    }
+
+    /// Whether `plan` runs on the coordinator (see `planner::local`).
+    fn runs_here(&self, plan: &Arc<dyn ExecutionPlan>, session: &Session) -> bool {
+        let footers = session
+            .ctx()
+            .runtime_env()
+            .cache_manager
+            .get_file_metadata_cache();
+        reads_no_table(plan) || reads_little(plan, &CachedFooters::new(footers), self.scan_limit)
     }
 
     /// Running and recently ended queries.
@@ -353,13 +376,20 @@ impl Coordinator {
                     .create_physical_plan(&explain.plan)
                     .await
                     .map_err(|e| to_status(&e))?;
-                let graph = build_job_graph(inner).map_err(|e| to_status(&e))?;
+                let distributed = match self.runs_here(&inner, session) {
+                    true => "Runs on the coordinator: it reads no table, or little \
+                             (--coordinator-scan-limit)"
+                        .to_string(),
+                    false => build_job_graph(inner)
+                        .map_err(|e| to_status(&e))?
+                        .to_string(),
+                };
                 let schema = explain.schema.inner().clone();
                 let stages = RecordBatch::try_new(
                     schema.clone(),
                     vec![
                         Arc::new(StringArray::from(vec!["distributed_plan"])),
-                        Arc::new(StringArray::from(vec![graph.to_string()])),
+                        Arc::new(StringArray::from(vec![distributed])),
                     ],
                 )
                 .map_err(|e| Status::internal(e.to_string()))?;
@@ -398,10 +428,13 @@ impl Coordinator {
                     .map_err(|e| to_status(&e))?;
                 tracing::trace!("physical plan ready");
                 let schema = plan.schema();
-                if reads_no_table(&plan) {
+                if self.runs_here(&plan, session) {
+                    let task_ctx = session.task_ctx();
+                    // Read as a worker reads (see `prepare_parquet_scans`).
+                    let plan = prepare_parquet_scans(plan, &task_ctx).map_err(|e| to_status(&e))?;
                     return Ok(PlannedQuery {
                         schema,
-                        work: Work::Local(plan, session.task_ctx()),
+                        work: Work::Local(plan, task_ctx),
                         settings,
                     });
                 }

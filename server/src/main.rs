@@ -134,6 +134,15 @@ struct Args {
     #[arg(long, value_parser = parse_bytes)]
     worker_memory_limit: Option<usize>,
 
+    /// Queries whose table reads are Parquet row groups of at most this
+    /// size in all (compressed, by the footers the coordinator holds; a
+    /// lookup by a sorted key, a small table) run on the coordinator
+    /// rather than on the workers, e.g. 4M; 0 sends every table read to
+    /// the workers.
+    #[arg(long, value_parser = parse_size_or_zero,
+          default_value_t = squadron_server::planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT as usize)]
+    coordinator_scan_limit: usize,
+
     /// Seconds between health probes of the workers.
     #[arg(long, default_value_t = 2.0)]
     health_interval: f64,
@@ -223,6 +232,14 @@ impl Command {
     }
 }
 
+/// A size like 4M, or 0 (off).
+fn parse_size_or_zero(text: &str) -> Result<usize, String> {
+    match text.trim() {
+        "0" => Ok(0),
+        size => parse_bytes(size),
+    }
+}
+
 fn parse_setting(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -299,6 +316,7 @@ async fn main() -> anyhow::Result<()> {
         auth: security.auth,
         table_roots: security.table_roots,
         max_queries_per_user: args.max_queries_per_user.max(1),
+        coordinator_scan_limit: args.coordinator_scan_limit as u64,
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));

@@ -40,6 +40,7 @@ use crate::coordinator::JobLimits;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::planner::file_group_partitions::PairedInputsHashRouted;
+use crate::planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT;
 use crate::planner::one_partition::NoShuffleAfterOnePartition;
 use crate::planner::pruned_scan_ranges::PrunedScanRanges;
 use crate::planner::scalar_subquery::CheckedScalarSubqueries;
@@ -105,6 +106,9 @@ pub struct ServerOptions {
     /// Queries one user (or, without authentication, one client address)
     /// may run or queue at once.
     pub max_queries_per_user: usize,
+    /// Queries reading at most this many bytes of Parquet run on the
+    /// coordinator (`--coordinator-scan-limit`); 0: none.
+    pub coordinator_scan_limit: u64,
 }
 
 impl Default for ServerOptions {
@@ -128,6 +132,7 @@ impl Default for ServerOptions {
             auth: None,
             table_roots: Some(DataRoots::default()),
             max_queries_per_user: DEFAULT_MAX_QUERIES_PER_USER,
+            coordinator_scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
         }
     }
 }
@@ -379,7 +384,8 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.settings.iter().cloned().collect(),
     );
     let mut coordinator = Coordinator::new(ctx, runner, &options.limits)
-        .with_table_roots(options.table_roots.clone());
+        .with_table_roots(options.table_roots.clone())
+        .with_scan_limit(options.coordinator_scan_limit);
     if let Some(dir) = &options.data_dir {
         coordinator = coordinator.with_catalog(Arc::new(PersistedCatalog::open(dir)?));
     }

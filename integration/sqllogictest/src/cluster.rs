@@ -116,6 +116,9 @@ pub async fn coordinator(
         partitions: Some(PARTITIONS),
         settings: mode.settings(),
         data_dir: Some(data_dir.to_path_buf()),
+        // The corpus's tables are tiny: without this every query would run
+        // on the coordinator, and the corpus is here to check distribution.
+        coordinator_scan_limit: 0,
         ..ServerOptions::default()
     };
     start(options).await

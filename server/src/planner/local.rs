@@ -1,4 +1,5 @@
-//! Plans the coordinator answers itself: those that read no table.
+//! Plans the coordinator answers itself: those that read no table, and
+//! those that read little.
 //!
 //! `SELECT 1`, `SELECT now()`, a `VALUES` list: their only inputs are
 //! constants written in the statement, so there is nothing for a worker to
@@ -13,30 +14,83 @@
 //! Catalog views (`information_schema`, hence `SHOW TABLES`, `SHOW
 //! COLUMNS`) are streams over the coordinator's catalog: only it has them,
 //! and they are small, so they run here too.
+//!
+//! A query whose only table inputs are Parquet scans that read at most a
+//! few row groups, by the footers the coordinator holds (a lookup by a
+//! sorted key, a small dimension table), runs here as well: a worker would
+//! spend less on the scan than the hops to it and back cost (the plan's
+//! encoding and decoding, a task RPC, a stream each way). The limit is the
+//! compressed size of the row groups read, every column counted
+//! (`--coordinator-scan-limit`; 0 sends every table read to the workers).
 
 use std::sync::Arc;
 
 use datafusion::datasource::memory::{DataSourceExec, MemorySourceConfig};
+use datafusion::datasource::physical_plan::ParquetSource;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::streaming::StreamingTableExec;
 use datafusion::physical_plan::work_table::WorkTableExec;
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::cached_footers::{CachedFooters, ScanPruning};
+
+/// The default `--coordinator-scan-limit`: a few row groups of a typical
+/// table (Squadron writes 16,384 rows per row group; TPC-H `customer`'s
+/// are 1.4 MB each).
+pub const DEFAULT_COORDINATOR_SCAN_LIMIT: u64 = 4 << 20;
+
 /// Whether every input of `plan` is a constant of the statement.
 pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let children = plan.children();
     if children.is_empty() {
-        return plan.is::<PlaceholderRowExec>()
-            || plan.is::<EmptyExec>()
-            || plan.is::<StreamingTableExec>()
-            // a recursive query's rows so far: constants, if the rest are
-            || plan.is::<WorkTableExec>()
-            || plan
-                .downcast_ref::<DataSourceExec>()
-                .is_some_and(|scan| scan.data_source().is::<MemorySourceConfig>());
+        return is_constant(plan);
     }
     children.into_iter().all(reads_no_table)
+}
+
+/// Whether `plan` reads at most `limit` bytes of Parquet row groups, by the
+/// footers in `footers`, and nothing else but constants. False with a
+/// limit of 0.
+pub fn reads_little(plan: &Arc<dyn ExecutionPlan>, footers: &CachedFooters, limit: u64) -> bool {
+    limit > 0 && parquet_bytes_read(plan, footers).is_some_and(|bytes| bytes <= limit)
+}
+
+/// The compressed bytes of the row groups `plan`'s Parquet scans read;
+/// `None` when it reads anything else, or what a scan reads is not known.
+fn parquet_bytes_read(plan: &Arc<dyn ExecutionPlan>, footers: &CachedFooters) -> Option<u64> {
+    let children = plan.children();
+    if !children.is_empty() {
+        return children
+            .into_iter()
+            .map(|child| parquet_bytes_read(child, footers))
+            .sum();
+    }
+    if is_constant(plan) {
+        return Some(0);
+    }
+    let (config, parquet) = plan
+        .downcast_ref::<DataSourceExec>()?
+        .downcast_to_file_source::<ParquetSource>()?;
+    let pruning = ScanPruning::of(config, parquet);
+    config
+        .file_groups
+        .iter()
+        .flat_map(|group| group.iter())
+        .map(|file| Some(footers.reads(file, pruning.as_ref())?.bytes))
+        .sum()
+}
+
+/// A leaf whose rows are constants of the statement (or the catalog's).
+fn is_constant(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.is::<PlaceholderRowExec>()
+        || plan.is::<EmptyExec>()
+        || plan.is::<StreamingTableExec>()
+        // a recursive query's rows so far: constants, if the rest are
+        || plan.is::<WorkTableExec>()
+        || plan
+            .downcast_ref::<DataSourceExec>()
+            .is_some_and(|scan| scan.data_source().is::<MemorySourceConfig>())
 }
 
 #[cfg(test)]
@@ -80,5 +134,64 @@ mod tests {
         ] {
             assert!(!reads_no_table(&plan(&ctx, sql).await), "{sql}");
         }
+    }
+
+    /// A table `t` of 8,000 rows sorted on `k`, in row groups of 1,000, in
+    /// a planning context (which caches its footer); the file's size.
+    async fn sorted_table(dir: &std::path::Path) -> (SessionContext, u64) {
+        let file = dir.join("t.parquet");
+        let ctx = crate::server::planning_context(
+            datafusion::prelude::SessionConfig::new(),
+            Arc::new(datafusion::execution::runtime_env::RuntimeEnv::default()),
+        );
+        for sql in [
+            "SET datafusion.execution.parquet.max_row_group_size = 1000".to_string(),
+            format!(
+                "COPY (SELECT value AS k, value * 2 AS v FROM generate_series(1, 8000)) \
+                 TO '{}' STORED AS PARQUET",
+                file.display()
+            ),
+            format!(
+                "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+                file.display()
+            ),
+        ] {
+            ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        }
+        (ctx, std::fs::metadata(&file).unwrap().len())
+    }
+
+    #[tokio::test]
+    async fn only_scans_of_a_few_row_groups_read_little() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ctx, file_size) = sorted_table(dir.path()).await;
+        let footers = CachedFooters::new(ctx.runtime_env().cache_manager.get_file_metadata_cache());
+        // Room for two of the eight row groups, not for all of them.
+        let limit = file_size / 3;
+        for (sql, little) in [
+            ("SELECT v FROM t WHERE k = 4321", true),
+            ("SELECT k, v FROM t WHERE k > 7500 ORDER BY k", true),
+            ("SELECT count(*) FROM t WHERE k > 100000", true),
+            (
+                "SELECT a.v FROM t a JOIN t b ON a.k = b.k WHERE a.k < 10 AND b.k < 10",
+                true,
+            ),
+            ("SELECT v FROM t", false),
+            ("SELECT v FROM t WHERE v % 7 = 3", false),
+            (
+                "SELECT k FROM t WHERE k = 1 UNION ALL SELECT value FROM generate_series(1, 3)",
+                false,
+            ),
+        ] {
+            let plan = plan(&ctx, sql).await;
+            assert_eq!(reads_little(&plan, &footers, limit), little, "{sql}");
+            assert!(!reads_little(&plan, &footers, 0), "{sql}: off at 0");
+        }
+        // A footer the coordinator does not hold is not known to be small.
+        let cold = CachedFooters::new(Arc::new(
+            datafusion::execution::cache::default_cache::DefaultCache::new(1 << 20),
+        ));
+        let lookup = plan(&ctx, "SELECT v FROM t WHERE k = 4321").await;
+        assert!(!reads_little(&lookup, &cold, limit));
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod allow_list;
 pub mod build_side;
+pub mod cached_footers;
 pub mod children;
 pub mod client_types;
 pub mod cut;

@@ -14,10 +14,8 @@
 //! read. Fewer groups means fewer tasks; a scan left with no match keeps one
 //! range so that its stage still runs and answers with no rows.
 //!
-//! Conservative by construction: a file is dropped only when its cached
-//! footer matches the listed file (size and modification time), the
-//! predicate reads file columns only, and each of those columns has the
-//! table's type in the file (view and plain strings count as one). A scan
+//! Conservative by construction: a file is dropped only when its reads are
+//! known by its cached footer (see `cached_footers`). A scan
 //! is changed only where its partition count may shrink: on a chain of
 //! single-input operators below the result, a repartition or a merge
 //! (operators that pair partitions of several inputs keep theirs), and not
@@ -25,30 +23,18 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result;
-use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
-use datafusion::datasource::physical_plan::parquet::{
-    ParquetAccessPlan, ParquetFileMetrics, RowGroupAccessPlanFilter,
-};
-use datafusion::datasource::physical_plan::{
-    FileGroup, FileScanConfigBuilder, FileSource, ParquetSource,
-};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
-use datafusion::parquet::arrow::parquet_to_arrow_schema;
-use datafusion::parquet::file::metadata::ParquetMetaData;
-use datafusion::physical_expr::utils::collect_columns;
-use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
+use datafusion::physical_plan::ExecutionPlan;
 
+use super::cached_footers::{CachedFooters, ScanPruning};
 use super::children::with_children_rewritten;
 
 /// Most file ranges one scan has checked at planning. The check runs on the
@@ -60,14 +46,16 @@ const MAX_RANGES_CHECKED: usize = 256;
 /// Drops Parquet ranges whose row groups the scan's predicate rules out.
 #[derive(Debug)]
 pub struct PrunedScanRanges {
-    footers: Arc<FileMetadataCache>,
+    footers: CachedFooters,
 }
 
 impl PrunedScanRanges {
     /// Prunes with the footers in `footers` (the planning runtime's file
     /// metadata cache); files without a cached footer are kept.
     pub fn new(footers: Arc<FileMetadataCache>) -> Self {
-        Self { footers }
+        Self {
+            footers: CachedFooters::new(footers),
+        }
     }
 
     /// `plan` with its scans pruned; `free` says whether its partition
@@ -98,29 +86,15 @@ impl PrunedScanRanges {
         let Some((config, parquet)) = scan.downcast_to_file_source::<ParquetSource>() else {
             return Ok(None);
         };
-        let Some(predicate) = parquet.filter() else {
-            return Ok(None);
-        };
         let listed = config.file_groups.iter().map(FileGroup::len).sum::<usize>();
         if config.output_partitioning.is_some()
-            || !parquet.table_parquet_options().global.pruning
             || config.file_groups.len() < 2
             || listed > MAX_RANGES_CHECKED
         {
             return Ok(None);
         }
-        let file_schema = Arc::clone(config.file_schema());
-        if collect_columns(&predicate)
-            .iter()
-            .any(|column| column.index() >= file_schema.fields().len())
-        {
-            return Ok(None);
-        }
         // None when it can rule nothing out.
-        let Some(pruning) = PruningPredicateBuilder::new()
-            .with_file_schema(file_schema)
-            .build(Arc::clone(&predicate))
-        else {
+        let Some(pruning) = ScanPruning::of(config, parquet) else {
             return Ok(None);
         };
         let groups: Vec<FileGroup> = config
@@ -130,7 +104,12 @@ impl PrunedScanRanges {
                 FileGroup::new(
                     group
                         .iter()
-                        .filter(|file| self.may_match(file, &pruning, &predicate))
+                        .filter(|file| {
+                            // Kept unless known to read nothing.
+                            self.footers
+                                .reads(file, Some(&pruning))
+                                .is_none_or(|reads| reads.row_groups > 0)
+                        })
                         .cloned()
                         .collect(),
                 )
@@ -157,59 +136,6 @@ impl PrunedScanRanges {
             .build();
         Ok(Some(DataSourceExec::from_data_source(config)))
     }
-
-    /// False only when no row group of `file`'s range can hold a row the
-    /// predicate accepts, by the statistics in its cached footer.
-    fn may_match(
-        &self,
-        file: &PartitionedFile,
-        pruning: &PruningPredicate,
-        predicate: &Arc<dyn PhysicalExpr>,
-    ) -> bool {
-        if !file.extensions.is_empty() {
-            // An access plan of the caller's own: the reader follows it.
-            return true;
-        }
-        let Some(footer) = self.footer(file) else {
-            return true;
-        };
-        if !same_column_types(&footer, pruning.schema(), predicate) {
-            return true;
-        }
-        let row_groups = footer.row_groups();
-        let mut plan = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(row_groups.len()));
-        if let Some(range) = &file.range {
-            plan.prune_by_range(row_groups, range);
-        }
-        let metrics = ParquetFileMetrics::new(
-            0,
-            file.object_meta.location.as_ref(),
-            &ExecutionPlanMetricsSet::new(),
-        );
-        plan.prune_by_statistics(
-            pruning.schema(),
-            footer.file_metadata().schema_descr(),
-            row_groups,
-            pruning,
-            &metrics,
-        );
-        // (`is_empty` would say whether the file has row groups at all.)
-        plan.remaining_row_group_count() > 0
-    }
-
-    /// The footer DataFusion cached for this very file (same size and
-    /// modification time), if any.
-    fn footer(&self, file: &PartitionedFile) -> Option<Arc<ParquetMetaData>> {
-        let entry = self.footers.get(&file.object_meta.location)?;
-        if !entry.is_valid_for(&file.object_meta) {
-            return None;
-        }
-        let cached = entry
-            .file_metadata
-            .as_any()
-            .downcast_ref::<CachedParquetMetaData>()?;
-        Some(Arc::clone(cached.parquet_metadata()))
-    }
 }
 
 impl PhysicalOptimizerRule for PrunedScanRanges {
@@ -227,39 +153,6 @@ impl PhysicalOptimizerRule for PrunedScanRanges {
 
     fn schema_check(&self) -> bool {
         true
-    }
-}
-
-/// Whether every column `predicate` reads has, in the file, the type the
-/// table gives it (a file's string views and the table's plain strings are
-/// read as one), so that statistics read as the table's types mean what the
-/// reader's would.
-fn same_column_types(
-    footer: &ParquetMetaData,
-    table: &SchemaRef,
-    predicate: &Arc<dyn PhysicalExpr>,
-) -> bool {
-    let file = footer.file_metadata();
-    let Ok(in_file) = parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
-    else {
-        return false;
-    };
-    collect_columns(predicate).iter().all(|column| {
-        let Ok(wanted) = table.field_with_name(column.name()) else {
-            return false;
-        };
-        let Ok(stored) = Schema::field_with_name(&in_file, column.name()) else {
-            return false;
-        };
-        plain(stored.data_type()) == plain(wanted.data_type())
-    })
-}
-
-fn plain(data_type: &DataType) -> &DataType {
-    match data_type {
-        DataType::Utf8View => &DataType::Utf8,
-        DataType::BinaryView => &DataType::Binary,
-        other => other,
     }
 }
 

@@ -1,5 +1,6 @@
 //! A filter on a sorted column schedules only the file ranges whose row
-//! groups may hold a match, and the answers stay the single-node ones.
+//! groups may hold a match, a lookup that reads little runs on the
+//! coordinator, and the answers stay the single-node ones.
 
 use datafusion::prelude::SessionContext;
 use squadron_server::answers::same_rows;
@@ -50,5 +51,48 @@ async fn a_point_lookup_runs_only_the_task_that_may_match() {
         same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{sql}: {diff}"));
         let job = server.coordinator.recent_jobs().pop().unwrap();
         assert_eq!((job.stages, job.tasks), (1, tasks), "{sql}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_that_reads_little_runs_on_the_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sorted.parquet");
+    write_sorted_file(&file).await;
+    let tables: Vec<TableSpec> = vec![format!("sorted={}", file.display()).parse().unwrap()];
+    let mut options = test_options(vec![], tables.clone());
+    // Room for a few of the file's twenty row groups, not for all.
+    options.coordinator_scan_limit = std::fs::metadata(&file).unwrap().len() / 4;
+    let server = coordinator_with(options).await;
+    let mut client = client(&server).await;
+    let ctx = oracle_context(&tables).await;
+    let decoded = || -> u64 {
+        server
+            .local_workers
+            .iter()
+            .map(|w| w.stage_plans.decoded())
+            .sum()
+    };
+
+    for (sql, on_workers) in [
+        ("SELECT k, v, name FROM sorted WHERE k = 12345", false),
+        (
+            "SELECT count(*), max(name) FROM sorted WHERE k BETWEEN 3999 AND 6001",
+            false,
+        ),
+        ("SELECT k, v FROM sorted WHERE v = 3", true),
+        ("SELECT sum(v) FROM sorted", true),
+    ] {
+        let (jobs, plans) = (server.coordinator.recent_jobs().len(), decoded());
+        let expected = oracle(&ctx, sql).await;
+        let actual = query(&mut client, sql).await.unwrap();
+        same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{sql}: {diff}"));
+        let ran_a_job = server.coordinator.recent_jobs().len() > jobs;
+        assert_eq!(ran_a_job, on_workers, "{sql}: a distributed job");
+        assert_eq!(
+            decoded() > plans,
+            on_workers,
+            "{sql}: plans decoded on workers"
+        );
     }
 }

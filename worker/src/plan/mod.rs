@@ -11,4 +11,5 @@ mod top_k;
 pub mod wire;
 
 pub use codec::{decode_plan, encode_plan, SquadronCodec};
+pub use plain_strings::prepare_parquet_scans;
 pub use stage_read::{StageBinding, StageReadExec};

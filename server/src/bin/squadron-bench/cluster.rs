@@ -102,12 +102,13 @@ const BENCH_PASSWORD: &str = "bench password, local only";
 
 impl Cluster {
     /// Two workers and a coordinator serving the TPC-H data in `data_dir`
-    /// (generated there beforehand at `scale`).
+    /// (generated there beforehand at `scale`); `extra` are more arguments
+    /// for the coordinator.
     pub fn start(
         data_dir: &Path,
         scale: f64,
         partitions: usize,
-        settings: &[String],
+        extra: &[String],
         secure: bool,
     ) -> anyhow::Result<Self> {
         let secure = secure.then(|| Secure::new(data_dir)).transpose()?;
@@ -162,9 +163,7 @@ impl Cluster {
                 path(s.certs.dir.join("users.toml")),
             ]);
         }
-        for setting in settings {
-            args.extend(["--set".into(), setting.clone()]);
-        }
+        args.extend(extra.iter().cloned());
         let coordinator = Process::spawn("squadron-server", &args)?;
         Ok(Self {
             coordinator,

@@ -65,6 +65,10 @@ struct Args {
     /// (passed on as its `--set`); repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
+    /// Any other argument for Squadron's coordinator, e.g.
+    /// `--server-arg=--coordinator-scan-limit=0`; repeatable.
+    #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
+    server_args: Vec<String>,
     /// Where the TPC-H query files are.
     #[arg(long, default_value = "testdata/tpch")]
     query_dir: PathBuf,
@@ -104,11 +108,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let partitions = args
         .partitions
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let mut coordinator_args: Vec<String> = args
+        .settings
+        .iter()
+        .flat_map(|setting| ["--set".to_string(), setting.clone()])
+        .collect();
+    coordinator_args.extend(args.server_args.iter().cloned());
     let cluster = Cluster::start(
         &args.data_dir,
         args.scale,
         partitions,
-        &args.settings,
+        &coordinator_args,
         args.secure,
     )?;
     let mut client = cluster.client().await?;

@@ -160,6 +160,8 @@ pub fn test_options(workers: Vec<String>, tables: Vec<TableSpec>) -> ServerOptio
         local_workers: 2,
         tables,
         partitions: Some(4),
+        // Test tables are tiny: they would all be read on the coordinator.
+        coordinator_scan_limit: 0,
         ..ServerOptions::default()
     }
 }
