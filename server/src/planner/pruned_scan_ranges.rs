@@ -159,7 +159,7 @@ impl PhysicalOptimizerRule for PrunedScanRanges {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::test_tables::without_collected_joins;
+    use crate::planner::test_tables::{sorted_table, without_collected_joins};
     use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNode;
     use datafusion::execution::runtime_env::RuntimeEnv;
@@ -168,28 +168,8 @@ mod tests {
 
     use crate::server::planning_context;
 
-    /// One Parquet file of 8,000 rows sorted on `k`, in row groups of 1,000,
-    /// as table `t` of `ctx`, split into four ranges as DataFusion splits
-    /// large files.
-    async fn sorted_table(ctx: &SessionContext, dir: &std::path::Path) {
-        let file = dir.join("t.parquet");
-        let statements = [
-            "SET datafusion.execution.parquet.max_row_group_size = 1000".to_string(),
-            format!(
-                "COPY (SELECT value AS k, value * 2 AS v FROM generate_series(1, 8000)) \
-                 TO '{}' STORED AS PARQUET",
-                file.display()
-            ),
-            format!(
-                "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
-                file.display()
-            ),
-        ];
-        for sql in statements {
-            ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-        }
-    }
-
+    /// Four partitions, with files split into one range each however small
+    /// (as DataFusion splits large files).
     fn config() -> SessionConfig {
         let mut config = SessionConfig::new().with_target_partitions(4);
         config.options_mut().optimizer.repartition_file_min_size = 0;

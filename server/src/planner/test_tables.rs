@@ -52,3 +52,25 @@ pub fn without_collected_joins(config: &mut SessionConfig) {
     optimizer.hash_join_single_partition_threshold = 0;
     optimizer.hash_join_single_partition_threshold_rows = 0;
 }
+
+/// One Parquet file of 8,000 rows sorted on `k` (and `v = 2k`), in row
+/// groups of 1,000, as table `t` of `ctx`; the file's size.
+pub async fn sorted_table(ctx: &SessionContext, dir: &std::path::Path) -> u64 {
+    let file = dir.join("t.parquet");
+    let statements = [
+        "SET datafusion.execution.parquet.max_row_group_size = 1000".to_string(),
+        format!(
+            "COPY (SELECT value AS k, value * 2 AS v FROM generate_series(1, 8000)) \
+             TO '{}' STORED AS PARQUET",
+            file.display()
+        ),
+        format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+            file.display()
+        ),
+    ];
+    for sql in statements {
+        ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    }
+    std::fs::metadata(&file).unwrap().len()
+}

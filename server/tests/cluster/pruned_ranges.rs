@@ -81,6 +81,11 @@ async fn a_lookup_that_reads_little_runs_on_the_coordinator() {
             false,
         ),
         ("SELECT k, v FROM sorted WHERE v = 3", true),
+        // It reads little, but a join may compute much more than it reads.
+        (
+            "SELECT a.k, b.k FROM sorted a, sorted b WHERE a.k < 5 AND b.k < 5",
+            true,
+        ),
         ("SELECT sum(v) FROM sorted", true),
     ] {
         let (jobs, plans) = (server.coordinator.recent_jobs().len(), decoded());
