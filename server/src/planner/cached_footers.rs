@@ -32,6 +32,12 @@ use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicate
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::PhysicalExpr;
 
+/// Most file ranges of one scan checked at planning. The check runs on the
+/// coordinator, one range after another, for every statement; a scan of
+/// more ranges than this has more than enough for every task, its readers
+/// prune in parallel on the workers, and it does not read little.
+pub const MAX_RANGES_CHECKED: usize = 256;
+
 /// A scan's predicate, ready to prune row groups by their statistics.
 pub struct ScanPruning {
     pruning: Arc<PruningPredicate>,

@@ -33,14 +33,14 @@
 use std::sync::Arc;
 
 use datafusion::datasource::memory::{DataSourceExec, MemorySourceConfig};
-use datafusion::datasource::physical_plan::ParquetSource;
+use datafusion::datasource::physical_plan::{FileGroup, ParquetSource};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::streaming::StreamingTableExec;
 use datafusion::physical_plan::work_table::WorkTableExec;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::cached_footers::{CachedFooters, ScanPruning};
+use super::cached_footers::{CachedFooters, ScanPruning, MAX_RANGES_CHECKED};
 
 /// The default `--coordinator-scan-limit`: a few row groups of a typical
 /// table (Squadron writes 16,384 rows per row group; TPC-H `customer`'s
@@ -60,7 +60,7 @@ pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {
 /// footers in `footers`, and nothing else but constants. False with a
 /// limit of 0.
 pub fn reads_little(plan: &Arc<dyn ExecutionPlan>, footers: &CachedFooters, limit: u64) -> bool {
-    limit > 0 && parquet_bytes_read(plan, footers).is_some_and(|bytes| bytes <= limit)
+    limit > 0 && parquet_bytes_read(plan, footers, limit).is_some()
 }
 
 /// Operators that produce at most the rows they consume, at a cost about
@@ -80,19 +80,25 @@ const IN_PROPORTION: &[&str] = &[
     "UnionExec",
 ];
 
-/// The compressed bytes of the row groups `plan`'s Parquet scans read;
-/// `None` when it reads anything else, what a scan reads is not known, or
-/// an operator may compute more than in proportion to what it reads.
-fn parquet_bytes_read(plan: &Arc<dyn ExecutionPlan>, footers: &CachedFooters) -> Option<u64> {
+/// The compressed bytes of the row groups `plan`'s Parquet scans read, if
+/// at most `budget`; `None` when they are more (counting stops there, as
+/// this runs for every statement), when it reads anything else, what a
+/// scan reads is not known, or an operator may compute more than in
+/// proportion to what it reads.
+fn parquet_bytes_read(
+    plan: &Arc<dyn ExecutionPlan>,
+    footers: &CachedFooters,
+    budget: u64,
+) -> Option<u64> {
     let children = plan.children();
     if !children.is_empty() {
         if !IN_PROPORTION.iter().any(|name| *name == plan.name()) {
             return None;
         }
-        return children
-            .into_iter()
-            .map(|child| parquet_bytes_read(child, footers))
-            .sum();
+        // Each child's bytes are within what the others left it.
+        return children.into_iter().try_fold(0, |read, child| {
+            Some(read + parquet_bytes_read(child, footers, budget - read)?)
+        });
     }
     if is_constant(plan) {
         return Some(0);
@@ -100,13 +106,15 @@ fn parquet_bytes_read(plan: &Arc<dyn ExecutionPlan>, footers: &CachedFooters) ->
     let (config, parquet) = plan
         .downcast_ref::<DataSourceExec>()?
         .downcast_to_file_source::<ParquetSource>()?;
+    if config.file_groups.iter().map(FileGroup::len).sum::<usize>() > MAX_RANGES_CHECKED {
+        return None;
+    }
     let pruning = ScanPruning::of(config, parquet);
-    config
-        .file_groups
-        .iter()
-        .flat_map(|group| group.iter())
-        .map(|file| Some(footers.reads(file, pruning.as_ref())?.bytes))
-        .sum()
+    let mut files = config.file_groups.iter().flat_map(|group| group.iter());
+    files.try_fold(0, |read, file| {
+        let read = read + footers.reads(file, pruning.as_ref())?.bytes;
+        (read <= budget).then_some(read)
+    })
 }
 
 /// A leaf whose rows are constants of the statement (or the catalog's).

@@ -34,14 +34,8 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::cached_footers::{CachedFooters, ScanPruning};
+use super::cached_footers::{CachedFooters, ScanPruning, MAX_RANGES_CHECKED};
 use super::children::with_children_rewritten;
-
-/// Most file ranges one scan has checked at planning. The check runs on the
-/// coordinator, one range after another, for every statement; a scan of
-/// more ranges than this has more than enough for every task, and its
-/// readers prune in parallel on the workers.
-const MAX_RANGES_CHECKED: usize = 256;
 
 /// Drops Parquet ranges whose row groups the scan's predicate rules out.
 #[derive(Debug)]
