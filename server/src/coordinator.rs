@@ -2,6 +2,7 @@
 //! keeps a short record of recent jobs.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,13 +14,13 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::Statement;
-use datafusion::physical_plan::{execute_stream, ExecutionPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use squadron_worker::error::to_status;
 use squadron_worker::plan::guard::DataRoots;
-use squadron_worker::plan::prepare_parquet_scans;
-use tokio::sync::mpsc::WeakSender;
+use squadron_worker::plan::ready_to_execute;
+use tokio::sync::mpsc::{Sender, WeakSender};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -31,7 +32,9 @@ use crate::planner::local::{reads_little, reads_no_table, DEFAULT_COORDINATOR_SC
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::queries::QueryLog;
-use crate::scheduler::{Admission, JobIds, JobProgress, JobReport, JobRunner, Placement};
+use crate::scheduler::{
+    run_locally, Admission, JobIds, JobProgress, JobReport, JobRunner, Placement,
+};
 use crate::session::Session;
 use crate::updates::{is_update, run_update};
 
@@ -430,8 +433,8 @@ impl Coordinator {
                 let schema = plan.schema();
                 if self.runs_here(&plan, session) {
                     let task_ctx = session.task_ctx();
-                    // Read as a worker reads (see `prepare_parquet_scans`).
-                    let plan = prepare_parquet_scans(plan, &task_ctx).map_err(|e| to_status(&e))?;
+                    // Run as a worker runs it (see `ready_to_execute`).
+                    let plan = ready_to_execute(plan, &task_ctx).map_err(|e| to_status(&e))?;
                     return Ok(PlannedQuery {
                         schema,
                         work: Work::Local(plan, task_ctx),
@@ -486,14 +489,17 @@ impl Coordinator {
             }
             Work::Local(plan, task_ctx) => {
                 let slot = self.admission.admit().await?;
-                let batches = execute_stream(plan, task_ctx)
-                    .map_err(|e| to_status(&e))?
-                    .map_err(|e| to_status(&e))
-                    // The slot is held until the answer is sent or dropped.
-                    .inspect(move |_| {
-                        let _ = &slot;
-                    });
-                return Ok(encode_batches(schema, batches));
+                let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
+                let run = run_locally(schema, plan, task_ctx, tx.clone());
+                let job = self.supervise(job_id, &tx, |_| run);
+                let job_id = job_id.to_string();
+                let job = async move {
+                    let _slot = slot;
+                    let report = job.await;
+                    tracing::debug!(job_id, "job on the coordinator {}", report.outcome);
+                };
+                tokio::spawn(tracing::Instrument::in_current_span(job));
+                return Ok(ReceiverStream::new(rx).boxed());
             }
             Work::Update(plan, session) => {
                 let answer = Box::pin(self.run_update_now(&schema, plan, &session)).await?;
@@ -506,56 +512,23 @@ impl Coordinator {
         let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
         let runner = Arc::clone(&self.runner);
         let history = Arc::clone(&self.history);
-        let timeout = self.query_timeout;
         let job_id = job_id.to_string();
-        let cancel = CancellationToken::new();
-        let progress = Arc::new(JobProgress::default());
-        // At most one entry per admitted job: bounded by the admission limit.
-        let job = RunningJob {
-            cancel: cancel.clone(),
-            progress: Arc::clone(&progress),
-            output: tx.downgrade(),
-        };
-        self.running.insert(job_id.clone(), job);
-        let running = Arc::clone(&self.running);
         let query_id = crate::queries::current_query_id();
+        let run = {
+            let (graph, job_id, tx) = (Arc::clone(&graph), job_id.clone(), tx.clone());
+            move |progress: Arc<JobProgress>| async move {
+                let ids = JobIds {
+                    job_id: &job_id,
+                    query_id: &query_id,
+                };
+                runner.run(ids, &graph, &settings, &progress, &tx).await
+            }
+        };
+        let run = self.supervise(&job_id, &tx, run);
         let job = async move {
             let _slot = slot;
             let started = Instant::now();
-            let ids = JobIds {
-                job_id: &job_id,
-                query_id: &query_id,
-            };
-            let run = runner.run(ids, &graph, &settings, &progress, &tx);
-            let deadline = async {
-                match timeout {
-                    Some(limit) => tokio::time::sleep(limit).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Stopping drops the attempt with the future: its tasks stop.
-            let stopped = |outcome| JobReport {
-                outcome,
-                attempts: 0,
-                rows: 0,
-                placement: None,
-            };
-            let report = tokio::select! {
-                report = run => report,
-                _ = deadline => {
-                    let status = Status::deadline_exceeded(format!(
-                        "the query ran longer than {:?} (--query-timeout) and was stopped",
-                        timeout.unwrap_or_default()
-                    ));
-                    let _ = tx.send(Err(status)).await;
-                    stopped("stopped: query timeout")
-                }
-                _ = cancel.cancelled() => {
-                    let _ = tx.send(Err(Status::cancelled("the query was cancelled"))).await;
-                    stopped("stopped: cancelled")
-                }
-            };
-            running.remove(&job_id);
+            let report = run.await;
             tracing::info!(
                 job_id,
                 stages = graph.stages.len(),
@@ -574,6 +547,67 @@ impl Coordinator {
         tokio::spawn(tracing::Instrument::in_current_span(job));
         let first = futures::stream::once(std::future::ready(Ok(schema_message(&schema))));
         Ok(first.chain(ReceiverStream::new(rx)).boxed())
+    }
+
+    /// `run` (given the job's progress) as the running job `job_id`,
+    /// stopped when it runs longer than the query timeout or is cancelled;
+    /// the client then reads why on `output`.
+    fn supervise<F, R>(
+        &self,
+        job_id: &str,
+        output: &Sender<Result<FlightData, Status>>,
+        run: F,
+    ) -> impl Future<Output = JobReport> + Send + 'static
+    where
+        F: FnOnce(Arc<JobProgress>) -> R,
+        R: Future<Output = JobReport> + Send + 'static,
+    {
+        let cancel = CancellationToken::new();
+        let progress = Arc::new(JobProgress::default());
+        // At most one entry per admitted job: bounded by the admission limit.
+        let job = RunningJob {
+            cancel: cancel.clone(),
+            progress: Arc::clone(&progress),
+            output: output.downgrade(),
+        };
+        self.running.insert(job_id.to_string(), job);
+        let running = Arc::clone(&self.running);
+        let timeout = self.query_timeout;
+        let output = output.clone();
+        let job_id = job_id.to_string();
+        let run = run(progress);
+        async move {
+            let deadline = async {
+                match timeout {
+                    Some(limit) => tokio::time::sleep(limit).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Stopping drops the run with the future: its tasks stop.
+            let stopped = |outcome| JobReport {
+                outcome,
+                attempts: 0,
+                rows: 0,
+                placement: None,
+            };
+            let report = tokio::select! {
+                report = run => report,
+                _ = deadline => {
+                    let status = Status::deadline_exceeded(format!(
+                        "the query ran longer than {:?} (--query-timeout) and was stopped",
+                        timeout.unwrap_or_default()
+                    ));
+                    let _ = output.send(Err(status)).await;
+                    stopped("stopped: query timeout")
+                }
+                _ = cancel.cancelled() => {
+                    let _ = output.send(Err(Status::cancelled("the query was cancelled"))).await;
+                    stopped("stopped: cancelled")
+                }
+            };
+            running.remove(&job_id);
+            report
+        }
     }
 
     /// Stops the running job `job_id` on every worker; its client gets

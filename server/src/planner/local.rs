@@ -23,12 +23,13 @@
 //! compressed size of the row groups read, every column counted
 //! (`--coordinator-scan-limit`; 0 sends every table read to the workers).
 //! Reading little is not computing little: a cross join of small tables
-//! can run for hours, and a plan runs inside the coordinator's own request
-//! handling, where an operator that never yields would hold a thread of
-//! the runtime that serves every client. So only plans whose operators
-//! each produce at most the rows they consume, at a cost about in
-//! proportion, run here (filters, projections, aggregates, sorts, limits,
-//! unions, merges); joins, unnesting and windows go to the workers.
+//! can run for hours, on the process that plans every client's queries
+//! (plans here run on the execution runtime, `scheduler::local_run`, so
+//! they cannot stall the RPCs, but they share its cores). So only plans
+//! whose operators each produce at most the rows they consume, at a cost
+//! about in proportion, run here (filters, projections, aggregates, sorts,
+//! limits, unions, merges); joins, unnesting and windows go to the
+//! workers.
 
 use std::sync::Arc;
 

@@ -3,11 +3,13 @@
 pub mod admission;
 pub mod dispatch;
 pub mod job_runner;
+pub mod local_run;
 pub mod placement;
 pub mod progress;
 
 pub use admission::Admission;
 pub use dispatch::{start_job, JobAttempt, JobIds, TaskFailure};
 pub use job_runner::{JobReport, JobRunner};
+pub use local_run::run_locally;
 pub use placement::Placement;
 pub use progress::JobProgress;

@@ -2,13 +2,18 @@
 //! a dispatch that stopped half-way, and a query over the memory limit, no
 //! worker runs a task or holds a stream of it, and the next query works.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
 
 use crate::support::{
     assert_workers_idle, client, coordinator_with, query, start_large_query, test_options,
     tpch_data,
 };
-use futures::StreamExt;
+use arrow_flight::{Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus};
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
 use squadron_worker::{spawn_worker, WorkerOptions};
 use tonic::Code;
 
@@ -47,6 +52,107 @@ async fn a_query_timeout_stops_the_job_on_every_worker() {
     .await
     .is_ok());
     assert_eq!(server.coordinator.running_jobs(), 0);
+    server.shutdown().await.unwrap();
+}
+
+/// A plan over constants runs on the coordinator, not on a worker; however
+/// long it computes, the query timeout stops it, the thread it ran on is
+/// free again at once, and the coordinator answers other clients
+/// meanwhile. Two such plans at once take every thread plans run on (one
+/// per core, 2 in CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_plan_on_the_coordinator_is_stopped_by_the_query_timeout() {
+    let mut options = test_options(vec![], vec![]);
+    options.limits.query_timeout = Some(Duration::from_secs(2));
+    let server = coordinator_with(options).await;
+    let started = Instant::now();
+    let mut heavy = vec![];
+    for _ in 0..2 {
+        let mut heavy_client = client(&server).await;
+        heavy.push(tokio::spawn(async move {
+            query(&mut heavy_client, &endless_sql()).await
+        }));
+    }
+    let mut client = client(&server).await;
+    let forty_two = async |client: &mut _| {
+        let answer = tokio::time::timeout(Duration::from_secs(10), query(client, "SELECT 40 + 2"))
+            .await
+            .expect("the coordinator answers")
+            .expect("a query over constants");
+        answer[0].column(0).as_primitive::<Int64Type>().value(0)
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(forty_two(&mut client).await, 42, "while the plans compute");
+
+    for heavy in heavy {
+        let error = tokio::time::timeout(Duration::from_secs(30), heavy)
+            .await
+            .expect("the timeout stops the plan")
+            .unwrap()
+            .expect_err("far too long to finish");
+        assert_eq!(error.code(), Code::DeadlineExceeded, "{error}");
+        assert!(error.message().contains("--query-timeout"), "{error}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let deadline = Instant::now() + IDLE_WITHIN;
+    while server.coordinator.running_jobs() > 0 {
+        assert!(Instant::now() < deadline, "a stopped query keeps its slot");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Within the 2 s timeout: the stopped plans no longer hold threads.
+    assert_eq!(forty_two(&mut client).await, 42, "after they were stopped");
+    server.shutdown().await.unwrap();
+}
+
+/// A statement over constants only, run on the coordinator, that computes
+/// for hours: 300⁴ = 8.1 billion combinations.
+fn endless_sql() -> String {
+    let values = (1..=300).map(|i| format!("({i})")).collect::<Vec<_>>();
+    let values = format!("(VALUES {})", values.join(", "));
+    format!(
+        "SELECT count(*) FROM {values} a(x), {values} b(y), {values} c(z), {values} d(w) \
+         WHERE x + y + z + w > 0"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_plan_on_the_coordinator_stops_when_cancelled() {
+    let server = coordinator_with(test_options(vec![], vec![])).await;
+    let mut client = client(&server).await;
+    let info = client.execute(endless_sql(), None).await.unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut reader = client.clone();
+    let reading = tokio::spawn(async move {
+        let stream = reader.do_get(ticket).await?;
+        stream.try_collect::<Vec<_>>().await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(server.coordinator.running_jobs(), 1);
+
+    let cancel = CancelFlightInfoRequest { info: Some(info) };
+    let answer = client
+        .do_action(Action::new("CancelFlightInfo", cancel.encode_to_vec()))
+        .await
+        .expect("CancelFlightInfo")
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("its answer");
+    let answer = CancelFlightInfoResult::decode(answer[0].body.clone()).unwrap();
+    assert_eq!(answer.status(), CancelStatus::Cancelled);
+    let error = tokio::time::timeout(Duration::from_secs(30), reading)
+        .await
+        .expect("cancelling ends the stream")
+        .unwrap()
+        .expect_err("cancelled, not completed");
+    assert!(error.to_string().contains("cancelled"), "{error}");
+    let deadline = Instant::now() + IDLE_WITHIN;
+    while server.coordinator.running_jobs() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled query keeps its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     server.shutdown().await.unwrap();
 }
 

@@ -206,5 +206,5 @@ pub fn decode_plan(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionP
         &SquadronCodec,
     )?;
     let plan = super::wire::repaired(plan)?;
-    super::plain_strings::prepare_parquet_scans(plan, ctx)
+    super::ready_to_execute(plan, ctx)
 }

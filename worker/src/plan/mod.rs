@@ -9,7 +9,24 @@ mod recursive;
 pub mod stage_read;
 mod top_k;
 pub mod wire;
+mod yielding;
 
 pub use codec::{decode_plan, encode_plan, SquadronCodec};
 pub use plain_strings::prepare_parquet_scans;
 pub use stage_read::{StageBinding, StageReadExec};
+pub use yielding::yielding;
+
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// `plan`, planned or decoded, ready to execute in this process: its
+/// Parquet scans read as Squadron reads them, and its joins yield.
+pub fn ready_to_execute(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: &TaskContext,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    yielding(prepare_parquet_scans(plan, ctx)?)
+}
