@@ -14,9 +14,9 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::Statement;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::SessionContext;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
 use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::plan::ready_to_execute;
@@ -28,7 +28,9 @@ use tonic::Status;
 use crate::catalog::persisted::PersistedCatalog;
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::planner::cached_footers::CachedFooters;
-use crate::planner::local::{reads_little, reads_no_table, DEFAULT_COORDINATOR_SCAN_LIMIT};
+use crate::planner::local::{
+    computes_in_proportion, reads_little, reads_no_table, DEFAULT_COORDINATOR_SCAN_LIMIT,
+};
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::queries::QueryLog;
@@ -78,7 +80,15 @@ pub enum Work {
     Distributed(Arc<JobGraph>),
     /// A query that reads no table (`SELECT 1`, `information_schema`) or
     /// little (see `planner::local`), run on the coordinator in its session.
-    Local(Arc<dyn ExecutionPlan>, Arc<TaskContext>),
+    Local {
+        plan: Arc<dyn ExecutionPlan>,
+        task_ctx: Arc<TaskContext>,
+        /// Its work is bounded by what its leaves hold (each operator
+        /// produces at most the rows it consumes): it runs in the request
+        /// that reads it, as the hop to the execution threads would cost
+        /// more than it does. Any other runs there, supervised.
+        bounded: bool,
+    },
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
     /// A DDL or DML statement, run when fetched; its answer is one row
@@ -437,7 +447,11 @@ impl Coordinator {
                     let plan = ready_to_execute(plan, &task_ctx).map_err(|e| to_status(&e))?;
                     return Ok(PlannedQuery {
                         schema,
-                        work: Work::Local(plan, task_ctx),
+                        work: Work::Local {
+                            bounded: computes_in_proportion(&plan),
+                            plan,
+                            task_ctx,
+                        },
                         settings,
                     });
                 }
@@ -487,7 +501,26 @@ impl Coordinator {
                 let batches = futures::stream::iter(batches.into_iter().map(Ok));
                 return Ok(encode_batches(schema, batches));
             }
-            Work::Local(plan, task_ctx) => {
+            Work::Local {
+                plan,
+                task_ctx,
+                bounded: true,
+            } => {
+                let slot = self.admission.admit().await?;
+                let batches = execute_stream(plan, task_ctx)
+                    .map_err(|e| to_status(&e))?
+                    .map_err(|e| to_status(&e))
+                    // The slot is held until the answer is sent or dropped.
+                    .inspect(move |_| {
+                        let _ = &slot;
+                    });
+                return Ok(encode_batches(schema, batches));
+            }
+            Work::Local {
+                plan,
+                task_ctx,
+                bounded: false,
+            } => {
                 let slot = self.admission.admit().await?;
                 let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
                 let run = run_locally(schema, plan, task_ctx, tx.clone());

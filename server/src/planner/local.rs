@@ -81,6 +81,19 @@ const IN_PROPORTION: &[&str] = &[
     "UnionExec",
 ];
 
+fn in_proportion(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    // Some names carry a variant: "SortExec(TopK)".
+    let name = plan.name().split('(').next().unwrap_or_default();
+    IN_PROPORTION.contains(&name)
+}
+
+/// Whether each operator of `plan` produces at most the rows it consumes:
+/// its work is bounded by what its leaves hold.
+pub fn computes_in_proportion(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let children = plan.children();
+    children.is_empty() || (in_proportion(plan) && children.into_iter().all(computes_in_proportion))
+}
+
 /// The compressed bytes of the row groups `plan`'s Parquet scans read, if
 /// at most `budget`; `None` when they are more (counting stops there, as
 /// this runs for every statement), when it reads anything else, what a
@@ -93,7 +106,7 @@ fn parquet_bytes_read(
 ) -> Option<u64> {
     let children = plan.children();
     if !children.is_empty() {
-        if !IN_PROPORTION.iter().any(|name| *name == plan.name()) {
+        if !in_proportion(plan) {
             return None;
         }
         // Each child's bytes are within what the others left it.
@@ -171,6 +184,27 @@ mod tests {
         ] {
             assert!(!reads_no_table(&plan(&ctx, sql).await), "{sql}");
         }
+        // Over constants, but the work is not bounded by them.
+        for (sql, bounded) in [
+            ("SELECT 1", true),
+            (
+                "SELECT column1 FROM (VALUES (2), (1)) ORDER BY 1 LIMIT 1",
+                true,
+            ),
+            (
+                "SELECT x FROM (VALUES (1), (2)) a(x), (VALUES (3), (4)) b(y) WHERE x < y",
+                false,
+            ),
+            (
+                "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n FROM r",
+                false,
+            ),
+        ] {
+            let plan = plan(&ctx, sql).await;
+            assert!(reads_no_table(&plan), "{sql}");
+            let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(true);
+            assert_eq!(computes_in_proportion(&plan), bounded, "{sql}\n{shown}");
+        }
     }
 
     #[tokio::test]
@@ -188,6 +222,10 @@ mod tests {
         for (sql, little) in [
             ("SELECT v FROM t WHERE k = 4321", true),
             ("SELECT k, v FROM t WHERE k > 7500 ORDER BY k", true),
+            (
+                "SELECT k, v FROM t WHERE k > 7500 ORDER BY v DESC LIMIT 3",
+                true,
+            ),
             ("SELECT count(*) FROM t WHERE k > 100000", true),
             (
                 "SELECT k FROM t WHERE k < 5 UNION ALL SELECT k FROM t WHERE k > 7995",

@@ -1,4 +1,5 @@
-//! Runs a plan the coordinator answers itself (`planner::local`).
+//! Runs a plan the coordinator answers itself (`planner::local`) whose
+//! work is not bounded by what its leaves hold (a join, a recursive query).
 //!
 //! Not inside the request that reads its answer: a plan over constants can
 //! compute for hours (a cross join of `VALUES` lists), and an operator that
@@ -9,7 +10,8 @@
 //! supervisor, on the serving runtime, can then stop it on timeout, cancel
 //! or a client that went away even while that thread is still busy: the
 //! client gets its answer at once, and the plan is dropped at its next
-//! yield.
+//! yield. Bounded plans (`SELECT 1`, a lookup) run in the request: the
+//! hop to the execution threads and back cost more than they do.
 
 use std::future::Future;
 use std::sync::Arc;
