@@ -50,27 +50,23 @@ mod tests {
     use datafusion::prelude::SessionContext;
     use std::time::{Duration, Instant};
 
-    /// 250³ rows through a cross join into a count: about a second of work
-    /// here, none of it spent polling a scan.
+    /// 250³ rows through a cross join into a count: seconds of work in a
+    /// test build, none of it spent polling a scan.
     const CROSS_JOIN: &str = "SELECT count(*) FROM \
         (SELECT * FROM generate_series(1, 250) AS a(x)) a, \
         (SELECT * FROM generate_series(1, 250) AS b(y)) b, \
         (SELECT * FROM generate_series(1, 250) AS c(z)) c \
         WHERE x + y + z > 0";
 
-    async fn cross_join_plan(ctx: &SessionContext) -> Arc<dyn ExecutionPlan> {
-        ctx.sql(CROSS_JOIN)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap()
+    async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        let frame = ctx.sql(sql).await.unwrap();
+        frame.create_physical_plan().await.unwrap()
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_timeout_stops_a_cross_join_at_once() {
         let ctx = SessionContext::new();
-        let plan = yielding(cross_join_plan(&ctx).await).unwrap();
+        let plan = yielding(physical_plan(&ctx, CROSS_JOIN).await).unwrap();
         let shown = displayable(plan.as_ref()).indent(true).to_string();
         assert!(shown.contains("CooperativeExec"), "{shown}");
 
@@ -92,20 +88,12 @@ mod tests {
             CROSS JOIN (SELECT unnest([1, 2, 3]) AS z) c \
             GROUP BY x ORDER BY x";
         // A plan runs once (repartitions keep state): one plan for each run.
-        let plan = || async {
-            ctx.sql(sql)
-                .await
-                .unwrap()
-                .create_physical_plan()
-                .await
-                .unwrap()
-        };
-        let expected = collect(plan().await, ctx.task_ctx()).await.unwrap();
-        let wrapped = yielding(plan().await).unwrap();
+        let expected = collect(physical_plan(&ctx, sql).await, ctx.task_ctx()).await;
+        let wrapped = yielding(physical_plan(&ctx, sql).await).unwrap();
         let shown = displayable(wrapped.as_ref()).indent(true).to_string();
         assert_eq!(shown.matches("CooperativeExec").count(), 3, "{shown}");
         let got = collect(wrapped, ctx.task_ctx()).await.unwrap();
-        assert_eq!(got, expected);
+        assert_eq!(got, expected.unwrap());
         assert_eq!(got.iter().map(|b| b.num_rows()).sum::<usize>(), 30);
     }
 }
