@@ -72,6 +72,36 @@ impl PlannedQuery {
             _ => 0,
         }
     }
+
+    /// Whether starting it before its client's DoGet saves time: it reads
+    /// tables (on the workers, or a few row groups here).
+    pub fn worth_starting_early(&self) -> bool {
+        matches!(
+            self.work,
+            Work::Distributed(_)
+                | Work::Local {
+                    run: LocalRun::AtOnce,
+                    ..
+                }
+        )
+    }
+}
+
+/// How the coordinator runs a plan it answers itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalRun {
+    /// Bounded, over constants only (`SELECT 1`): computed in the request
+    /// as the client reads it.
+    AsRead,
+    /// Bounded, reading a few row groups (a lookup): started at once on
+    /// the serving threads, so that when it is started early (see
+    /// `worth_starting_early`) the read overlaps the client's round trip
+    /// from the FlightInfo to its DoGet.
+    AtOnce,
+    /// Not bounded by its inputs (a join, a recursive query over
+    /// constants): on the execution threads, supervised (timeout, cancel).
+    /// The hop there and back costs more than a bounded plan does.
+    Supervised,
 }
 
 #[derive(Debug, Clone)]
@@ -83,11 +113,7 @@ pub enum Work {
     Local {
         plan: Arc<dyn ExecutionPlan>,
         task_ctx: Arc<TaskContext>,
-        /// Its work is bounded by what its leaves hold (each operator
-        /// produces at most the rows it consumes): it runs in the request
-        /// that reads it, as the hop to the execution threads would cost
-        /// more than it does. Any other runs there, supervised.
-        bounded: bool,
+        run: LocalRun,
     },
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
@@ -448,7 +474,7 @@ impl Coordinator {
                     return Ok(PlannedQuery {
                         schema,
                         work: Work::Local {
-                            bounded: computes_in_proportion(&plan),
+                            run: local_run(&plan),
                             plan,
                             task_ctx,
                         },
@@ -504,7 +530,7 @@ impl Coordinator {
             Work::Local {
                 plan,
                 task_ctx,
-                bounded: true,
+                run: run @ (LocalRun::AsRead | LocalRun::AtOnce),
             } => {
                 let slot = self.admission.admit().await?;
                 let batches = execute_stream(plan, task_ctx)
@@ -514,12 +540,16 @@ impl Coordinator {
                     .inspect(move |_| {
                         let _ = &slot;
                     });
-                return Ok(encode_batches(schema, batches));
+                let messages = encode_batches(schema, batches);
+                if run == LocalRun::AsRead {
+                    return Ok(messages);
+                }
+                return Ok(started_at_once(messages));
             }
             Work::Local {
                 plan,
                 task_ctx,
-                bounded: false,
+                run: LocalRun::Supervised,
             } => {
                 let slot = self.admission.admit().await?;
                 let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
@@ -680,6 +710,33 @@ impl Coordinator {
             .cloned()
             .collect()
     }
+}
+
+/// How the coordinator runs `plan`, one it answers itself.
+fn local_run(plan: &Arc<dyn ExecutionPlan>) -> LocalRun {
+    if !computes_in_proportion(plan) {
+        LocalRun::Supervised
+    } else if reads_no_table(plan) {
+        LocalRun::AsRead
+    } else {
+        LocalRun::AtOnce
+    }
+}
+
+/// `messages`, computed from now on (a bounded plan: see `LocalRun`) into
+/// a buffer the client's DoGet reads.
+fn started_at_once(mut messages: JobStream) -> JobStream {
+    let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
+    let forward = async move {
+        while let Some(message) = messages.next().await {
+            let failed = message.is_err();
+            if tx.send(message).await.is_err() || failed {
+                return;
+            }
+        }
+    };
+    tokio::spawn(tracing::Instrument::in_current_span(forward));
+    ReceiverStream::new(rx).boxed()
 }
 
 fn remember(

@@ -207,7 +207,7 @@ impl SquadronFlightSql {
         Ok(Response::new(info))
     }
 
-    /// Starts a query on the workers now, before its client's DoGet: that
+    /// Starts a query that reads tables now, before its client's DoGet: that
     /// comes a round trip after the FlightInfo (0.4 ms with raw pyarrow,
     /// more through the drivers), by when the tasks are running. Only
     /// with room to spare (at most half the running slots taken, and a
@@ -220,7 +220,7 @@ impl SquadronFlightSql {
         id: &str,
         planned: PlannedQuery,
     ) -> Result<Pending, Status> {
-        if planned.stage_count() == 0 || !self.coordinator.has_room_to_start_early() {
+        if !planned.worth_starting_early() || !self.coordinator.has_room_to_start_early() {
             return Ok(Pending::Planned(planned));
         }
         let Ok(slot) = self.state.quotas.admit(caller) else {

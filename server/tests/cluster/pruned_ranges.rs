@@ -3,6 +3,7 @@
 //! coordinator, and the answers stay the single-node ones.
 
 use datafusion::prelude::SessionContext;
+use futures::TryStreamExt;
 use squadron_server::answers::same_rows;
 use squadron_server::catalog::TableSpec;
 
@@ -99,5 +100,27 @@ async fn a_lookup_that_reads_little_runs_on_the_coordinator() {
             on_workers,
             "{sql}: plans decoded on workers"
         );
+    }
+
+    // A lookup starts when described, its read overlapping the client's
+    // round trip to DoGet; `SELECT 1` waits for its DoGet.
+    for (sql, early) in [
+        ("SELECT v FROM sorted WHERE k = 777", true),
+        ("SELECT 1", false),
+    ] {
+        let queries = server.coordinator.queries().rows().len();
+        let info = client.execute(sql.to_string(), None).await.unwrap();
+        let started = server.coordinator.queries().rows().len() > queries;
+        assert_eq!(started, early, "{sql}: started before its DoGet");
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        let got: Vec<_> = client
+            .do_get(ticket)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        same_rows(&got, &oracle(&ctx, sql).await, false)
+            .unwrap_or_else(|diff| panic!("{sql}: {diff}"));
     }
 }
