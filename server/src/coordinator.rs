@@ -35,7 +35,7 @@ use crate::planner::placeholders::number_placeholders;
 use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
 use crate::queries::QueryLog;
 use crate::scheduler::{
-    run_locally, Admission, JobIds, JobProgress, JobReport, JobRunner, Placement,
+    run_locally, started_at_once, Admission, JobIds, JobProgress, JobReport, JobRunner, Placement,
 };
 use crate::session::Session;
 use crate::updates::{is_update, run_update};
@@ -242,14 +242,23 @@ impl Coordinator {
         self
     }
 
-    /// Whether `plan` runs on the coordinator (see `planner::local`).
-    fn runs_here(&self, plan: &Arc<dyn ExecutionPlan>, session: &Session) -> bool {
+    /// How `plan` runs on the coordinator, if it does (see
+    /// `planner::local`).
+    fn runs_here(&self, plan: &Arc<dyn ExecutionPlan>, session: &Session) -> Option<LocalRun> {
+        if reads_no_table(plan) {
+            return Some(match computes_in_proportion(plan) {
+                true => LocalRun::AsRead,
+                false => LocalRun::Supervised,
+            });
+        }
         let footers = session
             .ctx()
             .runtime_env()
             .cache_manager
             .get_file_metadata_cache();
-        reads_no_table(plan) || reads_little(plan, &CachedFooters::new(footers), self.scan_limit)
+        // Reading little implies computing in proportion.
+        reads_little(plan, &CachedFooters::new(footers), self.scan_limit)
+            .then_some(LocalRun::AtOnce)
     }
 
     /// Running and recently ended queries.
@@ -416,10 +425,10 @@ impl Coordinator {
                     .await
                     .map_err(|e| to_status(&e))?;
                 let distributed = match self.runs_here(&inner, session) {
-                    true => "Runs on the coordinator: it reads no table, or little \
-                             (--coordinator-scan-limit)"
+                    Some(_) => "Runs on the coordinator: it reads no table, or little \
+                                (--coordinator-scan-limit)"
                         .to_string(),
-                    false => build_job_graph(inner)
+                    None => build_job_graph(inner)
                         .map_err(|e| to_status(&e))?
                         .to_string(),
                 };
@@ -467,16 +476,16 @@ impl Coordinator {
                     .map_err(|e| to_status(&e))?;
                 tracing::trace!("physical plan ready");
                 let schema = plan.schema();
-                if self.runs_here(&plan, session) {
+                if let Some(run) = self.runs_here(&plan, session) {
                     let task_ctx = session.task_ctx();
                     // Run as a worker runs it (see `ready_to_execute`).
                     let plan = ready_to_execute(plan, &task_ctx).map_err(|e| to_status(&e))?;
                     return Ok(PlannedQuery {
                         schema,
                         work: Work::Local {
-                            run: local_run(&plan),
                             plan,
                             task_ctx,
+                            run,
                         },
                         settings,
                     });
@@ -710,33 +719,6 @@ impl Coordinator {
             .cloned()
             .collect()
     }
-}
-
-/// How the coordinator runs `plan`, one it answers itself.
-fn local_run(plan: &Arc<dyn ExecutionPlan>) -> LocalRun {
-    if !computes_in_proportion(plan) {
-        LocalRun::Supervised
-    } else if reads_no_table(plan) {
-        LocalRun::AsRead
-    } else {
-        LocalRun::AtOnce
-    }
-}
-
-/// `messages`, computed from now on (a bounded plan: see `LocalRun`) into
-/// a buffer the client's DoGet reads.
-fn started_at_once(mut messages: JobStream) -> JobStream {
-    let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
-    let forward = async move {
-        while let Some(message) = messages.next().await {
-            let failed = message.is_err();
-            if tx.send(message).await.is_err() || failed {
-                return;
-            }
-        }
-    };
-    tokio::spawn(tracing::Instrument::in_current_span(forward));
-    ReceiverStream::new(rx).boxed()
 }
 
 fn remember(

@@ -24,8 +24,9 @@
 //! (`--coordinator-scan-limit`; 0 sends every table read to the workers).
 //! Reading little is not computing little: a cross join of small tables
 //! can run for hours, on the process that plans every client's queries
-//! (plans here run on the execution runtime, `scheduler::local_run`, so
-//! they cannot stall the RPCs, but they share its cores). So only plans
+//! (such a plan over constants runs on the execution runtime,
+//! `scheduler::local_run`, so it cannot stall the RPCs, but it shares the
+//! cores). So only table-reading plans
 //! whose operators each produce at most the rows they consume, at a cost
 //! about in proportion, run here (filters, projections, aggregates, sorts,
 //! limits, unions, merges); joins, unnesting and windows go to the

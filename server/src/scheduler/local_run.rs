@@ -10,8 +10,9 @@
 //! supervisor, on the serving runtime, can then stop it on timeout, cancel
 //! or a client that went away even while that thread is still busy: the
 //! client gets its answer at once, and the plan is dropped at its next
-//! yield. Bounded plans (`SELECT 1`, a lookup) run in the request: the
-//! hop to the execution threads and back cost more than they do.
+//! yield. Bounded plans (`SELECT 1`, a lookup) stay on the serving
+//! threads: the hop to the execution threads and back cost more than they
+//! do. A lookup among them is started at once (`started_at_once`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,12 +25,13 @@ use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
 use squadron_worker::task::pool::execution_runtime;
 use tokio::sync::mpsc::Sender;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 use tonic::Status;
 use tracing::Instrument;
 
 use super::JobReport;
-use crate::output::encode_batches;
+use crate::output::{encode_batches, JobStream, OUTPUT_BUFFER};
 
 /// Starts `plan` on the execution runtime, its answer (schema first) sent
 /// to `output`; the future ends when the answer is sent, the plan failed,
@@ -51,13 +53,7 @@ pub fn run_locally(
                 return;
             }
         };
-        let mut messages = encode_batches(schema, batches);
-        while let Some(message) = messages.next().await {
-            let failed = message.is_err();
-            if messages_out.send(message).await.is_err() || failed {
-                return;
-            }
-        }
+        forward(encode_batches(schema, batches), messages_out).await;
     };
     let running = AbortOnDropHandle::new(execution_runtime().spawn(produce.in_current_span()));
     async move {
@@ -77,6 +73,26 @@ pub fn run_locally(
             attempts: 1,
             rows: 0,
             placement: None,
+        }
+    }
+}
+
+/// `messages` of a bounded plan (see `coordinator::LocalRun`), computed
+/// from now on, on the serving threads, into a buffer the client's DoGet
+/// reads.
+pub fn started_at_once(messages: JobStream) -> JobStream {
+    let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
+    tokio::spawn(forward(messages, tx).in_current_span());
+    ReceiverStream::new(rx).boxed()
+}
+
+/// Sends `messages` to `output` until they end, one fails, or `output`'s
+/// reader is gone.
+async fn forward(mut messages: JobStream, output: Sender<Result<FlightData, Status>>) {
+    while let Some(message) = messages.next().await {
+        let failed = message.is_err();
+        if output.send(message).await.is_err() || failed {
+            return;
         }
     }
 }

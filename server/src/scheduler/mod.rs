@@ -10,6 +10,6 @@ pub mod progress;
 pub use admission::Admission;
 pub use dispatch::{start_job, JobAttempt, JobIds, TaskFailure};
 pub use job_runner::{JobReport, JobRunner};
-pub use local_run::run_locally;
+pub use local_run::{run_locally, started_at_once};
 pub use placement::Placement;
 pub use progress::JobProgress;
