@@ -1,6 +1,7 @@
 //! The tables the coordinator serves.
 
 pub mod delta;
+pub mod parquet_layout;
 pub mod persisted;
 pub mod system;
 pub mod tables;

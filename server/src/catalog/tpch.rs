@@ -17,6 +17,7 @@ use tpchgen_arrow::{
     SupplierArrow,
 };
 
+use super::parquet_layout::laid_out_for;
 use super::tables::{TableFormat, TableSpec};
 
 /// Rows per Parquet row group. Scans are split across tasks by byte range,
@@ -69,12 +70,16 @@ fn write_table(table: &str, scale: f64, path: &Path) -> anyhow::Result<()> {
     // Written aside and renamed, so an interrupted run never leaves a
     // truncated file that would be reused.
     let partial = PathBuf::from(format!("{}.partial", path.display()));
-    let props = WriterProperties::builder()
+    // Each column's encoding is chosen from the first batch's values.
+    let first = source.next().transpose()?;
+    let mut builder = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
-        .build();
-    let mut writer = ArrowWriter::try_new(File::create(&partial)?, schema, Some(props))?;
-    for batch in source.by_ref() {
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
+    if let Some(first) = &first {
+        builder = laid_out_for(first, builder);
+    }
+    let mut writer = ArrowWriter::try_new(File::create(&partial)?, schema, Some(builder.build()))?;
+    for batch in first.into_iter().map(Ok).chain(source.by_ref()) {
         writer.write(&batch?)?;
     }
     writer.close()?;

@@ -13,10 +13,12 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, IntervalUnit, Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::FileWriter;
 use datafusion::parquet::arrow::AsyncArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
 use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tonic::Status;
 
+use crate::catalog::parquet_layout::laid_out_for;
 use crate::catalog::TableFormat;
 
 fn io_error(what: &str, e: impl std::fmt::Display) -> Status {
@@ -133,6 +135,14 @@ where
     }
 }
 
+fn parquet_properties(sample: Option<&RecordBatch>) -> WriterProperties {
+    let builder = WriterProperties::builder();
+    match sample {
+        Some(sample) => laid_out_for(sample, builder).build(),
+        None => builder.build(),
+    }
+}
+
 /// One file being written.
 enum TableFile {
     Parquet(AsyncArrowWriter<tokio::fs::File>),
@@ -142,7 +152,13 @@ enum TableFile {
 }
 
 impl TableFile {
-    async fn create(path: &Path, schema: &SchemaRef) -> Result<Self, Status> {
+    /// A file for rows of `schema`; `sample`, the first rows, lays out a
+    /// Parquet file's columns (`laid_out_for`).
+    async fn create(
+        path: &Path,
+        schema: &SchemaRef,
+        sample: Option<&RecordBatch>,
+    ) -> Result<Self, Status> {
         let file = tokio::fs::File::create(path)
             .await
             .map_err(|e| io_error(&format!("creating {}", path.display()), e))?;
@@ -153,7 +169,7 @@ impl TableFile {
                 file,
             ),
             _ => Self::Parquet(
-                AsyncArrowWriter::try_new(file, schema.clone(), None)
+                AsyncArrowWriter::try_new(file, schema.clone(), Some(parquet_properties(sample)))
                     .map_err(|e| io_error("starting a Parquet file", e))?,
             ),
         })
@@ -205,9 +221,18 @@ async fn write_file<S>(path: &Path, schema: SchemaRef, batches: S) -> Result<u64
 where
     S: Stream<Item = Result<RecordBatch, Status>>,
 {
-    let mut file = TableFile::create(path, &schema).await?;
-    let mut rows = 0u64;
     let mut batches = std::pin::pin!(batches);
+    // The first rows choose how each Parquet column is encoded.
+    let first = match batches.next().await {
+        Some(batch) => Some(as_table_rows(batch?, &schema)?),
+        None => None,
+    };
+    let mut file = TableFile::create(path, &schema, first.as_ref()).await?;
+    let mut rows = 0u64;
+    if let Some(batch) = first {
+        rows += batch.num_rows() as u64;
+        file.write(&batch).await?;
+    }
     while let Some(batch) = batches.next().await {
         let batch = as_table_rows(batch?, &schema)?;
         rows += batch.num_rows() as u64;
@@ -277,6 +302,30 @@ mod tests {
         assert_eq!(err.code(), tonic::Code::Cancelled);
         let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(files.len(), 1, "only the first file remains");
+    }
+
+    #[tokio::test]
+    async fn a_written_column_of_unique_keys_is_plain_in_small_pages() {
+        use datafusion::parquet::file::reader::FileReader;
+        use datafusion::parquet::file::serialized_reader::{
+            ReadOptionsBuilder, SerializedFileReader,
+        };
+        let keys = Int64Array::from_iter_values(0..50_000);
+        let batch = RecordBatch::try_new(schema(), vec![Arc::new(keys)]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = write_rows(dir.path(), schema(), futures::stream::iter(vec![Ok(batch)]))
+            .await
+            .unwrap();
+        let options = ReadOptionsBuilder::new().with_page_index().build();
+        let reader =
+            SerializedFileReader::new_with_options(std::fs::File::open(path).unwrap(), options)
+                .unwrap();
+        let chunk = reader.metadata().row_group(0).column(0);
+        assert!(chunk.dictionary_page_offset().is_none(), "{chunk:?}");
+        let pages = reader.metadata().offset_index().unwrap()[0][0]
+            .page_locations()
+            .len();
+        assert!(pages > 10, "{pages} pages: a lookup would decode them all");
     }
 
     #[tokio::test]
