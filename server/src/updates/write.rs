@@ -222,11 +222,16 @@ where
     S: Stream<Item = Result<RecordBatch, Status>>,
 {
     let mut batches = std::pin::pin!(batches);
-    // The first rows choose how each Parquet column is encoded.
-    let first = match batches.next().await {
-        Some(batch) => Some(as_table_rows(batch?, &schema)?),
-        None => None,
-    };
+    // The first rows choose how each Parquet column is encoded (empty
+    // batches, which write nothing, are passed over).
+    let mut first = None;
+    while let Some(batch) = batches.next().await {
+        let batch = as_table_rows(batch?, &schema)?;
+        if batch.num_rows() > 0 {
+            first = Some(batch);
+            break;
+        }
+    }
     let mut file = TableFile::create(path, &schema, first.as_ref()).await?;
     let mut rows = 0u64;
     if let Some(batch) = first {
@@ -313,9 +318,11 @@ mod tests {
         let keys = Int64Array::from_iter_values(0..50_000);
         let batch = RecordBatch::try_new(schema(), vec![Arc::new(keys)]).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let (path, _) = write_rows(dir.path(), schema(), futures::stream::iter(vec![Ok(batch)]))
+        let batches = vec![Ok(batch.slice(0, 0)), Ok(batch)];
+        let (path, rows) = write_rows(dir.path(), schema(), futures::stream::iter(batches))
             .await
             .unwrap();
+        assert_eq!(rows, 50_000);
         let options = ReadOptionsBuilder::new().with_page_index().build();
         let reader =
             SerializedFileReader::new_with_options(std::fs::File::open(path).unwrap(), options)
