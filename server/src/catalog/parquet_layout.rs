@@ -20,7 +20,7 @@ use std::collections::HashSet;
 
 use datafusion::arrow::array::Array;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::hash_utils::{create_hashes, RandomState};
 use parquet::file::properties::WriterPropertiesBuilder;
 use parquet::schema::types::ColumnPath;
 
@@ -53,19 +53,19 @@ pub fn laid_out_for(
 
 /// Whether at most half of the first rows of `column` are distinct: below
 /// that, a dictionary plus its indices is about as large as the values and
-/// only adds a page every reader must decode first.
+/// only adds a page every reader must decode first. Values are counted by
+/// their hashes, so a sample of large values is not copied.
 fn dictionary_pays(column: &dyn Array) -> bool {
     let rows = column.len().min(SAMPLE_ROWS);
     if rows == 0 {
         return true;
     }
-    let Ok(converter) = RowConverter::new(vec![SortField::new(column.data_type().clone())]) else {
+    let sample = column.slice(0, rows);
+    let mut hashes = vec![0; rows];
+    if create_hashes([&sample], &RandomState::with_seed(0), &mut hashes).is_err() {
         return true;
-    };
-    let Ok(encoded) = converter.convert_columns(&[column.slice(0, rows)]) else {
-        return true;
-    };
-    let distinct: HashSet<_> = encoded.iter().collect();
+    }
+    let distinct: HashSet<u64> = hashes.into_iter().collect();
     distinct.len() * 2 <= rows
 }
 
