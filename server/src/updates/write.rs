@@ -234,10 +234,7 @@ where
     }
     let mut file = TableFile::create(path, &schema, first.as_ref()).await?;
     let mut rows = 0u64;
-    if let Some(batch) = first {
-        rows += batch.num_rows() as u64;
-        file.write(&batch).await?;
-    }
+    let mut batches = futures::stream::iter(first.map(Ok)).chain(batches);
     while let Some(batch) = batches.next().await {
         let batch = as_table_rows(batch?, &schema)?;
         rows += batch.num_rows() as u64;
