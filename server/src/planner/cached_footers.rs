@@ -6,7 +6,11 @@
 //! the reader will apply (the range's row groups, then their statistics)
 //! without reading anything. Two rules use it: scans drop the ranges left
 //! with nothing to read (`pruned_scan_ranges`), and a query that reads
-//! little runs on the coordinator (`local`).
+//! little runs on the coordinator (`local`). The first rule leaves on each
+//! range it keeps what it found (`with_reads_known`): the second reads it
+//! back instead of pruning again, and a reader in this process follows the
+//! row groups left instead of pruning them all again. (Plans sent to
+//! workers do not carry it: their readers prune for themselves.)
 //!
 //! Conservative by construction: a range is known only when its cached
 //! footer matches the listed file (size and modification time), it carries
@@ -15,6 +19,7 @@
 //! plain strings count as one), so that statistics read as the table's
 //! types mean what the reader's would.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
@@ -42,6 +47,10 @@ pub const MAX_RANGES_CHECKED: usize = 256;
 pub struct ScanPruning {
     pruning: Arc<PruningPredicate>,
     predicate: Arc<dyn PhysicalExpr>,
+    /// Whether each footer seen so far stores the predicate's columns as
+    /// the table types them: a scan's ranges often share one file, and
+    /// converting its schema is most of the check's cost.
+    types_checked: RefCell<Vec<(Arc<ParquetMetaData>, bool)>>,
 }
 
 impl ScanPruning {
@@ -63,7 +72,24 @@ impl ScanPruning {
         let pruning = PruningPredicateBuilder::new()
             .with_file_schema(file_schema)
             .build(Arc::clone(&predicate))?;
-        Some(Self { pruning, predicate })
+        Some(Self {
+            pruning,
+            predicate,
+            types_checked: RefCell::default(),
+        })
+    }
+
+    /// Whether every column the predicate reads has, in the file of
+    /// `footer`, the type the table gives it (a file's string views and the
+    /// table's plain strings are read as one).
+    fn same_column_types(&self, footer: &Arc<ParquetMetaData>) -> bool {
+        let mut checked = self.types_checked.borrow_mut();
+        if let Some((_, same)) = checked.iter().find(|(seen, _)| Arc::ptr_eq(seen, footer)) {
+            return *same;
+        }
+        let same = same_column_types(footer, self.pruning.schema(), &self.predicate);
+        checked.push((Arc::clone(footer), same));
+        same
     }
 }
 
@@ -93,6 +119,41 @@ impl CachedFooters {
         file: &PartitionedFile,
         pruning: Option<&ScanPruning>,
     ) -> Option<RangeReads> {
+        if let Some(known) = Self::known_reads(file) {
+            return Some(known);
+        }
+        self.access(file, pruning).map(|(reads, _)| reads)
+    }
+
+    /// What `file` reads as found at planning (`with_reads_known`), without
+    /// looking at its footer again.
+    pub fn known_reads(file: &PartitionedFile) -> Option<RangeReads> {
+        file.extension::<RangeReads>().copied()
+    }
+
+    /// What `file` reads, and `file` carrying it: the row groups left
+    /// after pruning, which its reader then follows instead of pruning them
+    /// all again, and their size for `known_reads`. `None` when its reads
+    /// are not known here.
+    pub fn with_reads_known(
+        &self,
+        file: &PartitionedFile,
+        pruning: Option<&ScanPruning>,
+    ) -> Option<(RangeReads, PartitionedFile)> {
+        let (reads, plan) = self.access(file, pruning)?;
+        let known = file
+            .clone()
+            .with_extension(plan.build())
+            .with_extension(reads);
+        Some((reads, known))
+    }
+
+    /// The row groups the reader of `file` will read, and their size.
+    fn access(
+        &self,
+        file: &PartitionedFile,
+        pruning: Option<&ScanPruning>,
+    ) -> Option<(RangeReads, RowGroupAccessPlanFilter)> {
         if !file.extensions.is_empty() {
             // An access plan of the caller's own: the reader follows it.
             return None;
@@ -103,8 +164,8 @@ impl CachedFooters {
         if let Some(range) = &file.range {
             plan.prune_by_range(row_groups, range);
         }
-        if let Some(ScanPruning { pruning, predicate }) = pruning {
-            if !same_column_types(&footer, pruning.schema(), predicate) {
+        if let Some(scan) = pruning {
+            if !scan.same_column_types(&footer) {
                 return None;
             }
             let metrics = ParquetFileMetrics::new(
@@ -113,10 +174,10 @@ impl CachedFooters {
                 &ExecutionPlanMetricsSet::new(),
             );
             plan.prune_by_statistics(
-                pruning.schema(),
+                scan.pruning.schema(),
                 footer.file_metadata().schema_descr(),
                 row_groups,
-                pruning,
+                &scan.pruning,
                 &metrics,
             );
         }
@@ -124,10 +185,11 @@ impl CachedFooters {
             .row_group_indexes()
             .map(|i| row_groups[i].compressed_size().max(0) as u64)
             .sum();
-        Some(RangeReads {
+        let reads = RangeReads {
             row_groups: plan.remaining_row_group_count(),
             bytes,
-        })
+        };
+        Some((reads, plan))
     }
 
     /// The footer DataFusion cached for this very file (same size and
@@ -145,9 +207,6 @@ impl CachedFooters {
     }
 }
 
-/// Whether every column `predicate` reads has, in the file, the type the
-/// table gives it (a file's string views and the table's plain strings are
-/// read as one).
 fn same_column_types(
     footer: &ParquetMetaData,
     table: &SchemaRef,

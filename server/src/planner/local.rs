@@ -32,6 +32,7 @@
 //! limits, unions, merges); joins, unnesting and windows go to the
 //! workers.
 
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use datafusion::datasource::memory::{DataSourceExec, MemorySourceConfig};
@@ -124,10 +125,22 @@ fn parquet_bytes_read(
     if config.file_groups.iter().map(FileGroup::len).sum::<usize>() > MAX_RANGES_CHECKED {
         return None;
     }
-    let pruning = ScanPruning::of(config, parquet);
+    // Built only for ranges whose reads were not found at planning
+    // (`PrunedScanRanges` attaches them): building it costs about as much
+    // as pruning a range.
+    let pruning = OnceCell::new();
     let mut files = config.file_groups.iter().flat_map(|group| group.iter());
     files.try_fold(0, |read, file| {
-        let read = read + footers.reads(file, pruning.as_ref())?.bytes;
+        let reads = match CachedFooters::known_reads(file) {
+            Some(known) => known,
+            None => footers.reads(
+                file,
+                pruning
+                    .get_or_init(|| ScanPruning::of(config, parquet))
+                    .as_ref(),
+            )?,
+        };
+        let read = read + reads.bytes;
         (read <= budget).then_some(read)
     })
 }

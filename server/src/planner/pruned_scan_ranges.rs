@@ -95,18 +95,16 @@ impl PrunedScanRanges {
             .file_groups
             .iter()
             .map(|group| {
-                FileGroup::new(
-                    group
-                        .iter()
-                        .filter(|file| {
-                            // Kept unless known to read nothing.
-                            self.footers
-                                .reads(file, Some(&pruning))
-                                .is_none_or(|reads| reads.row_groups > 0)
-                        })
-                        .cloned()
-                        .collect(),
-                )
+                // Kept unless known to read nothing; a kept range whose
+                // reads are known carries them to its reader.
+                let kept = group.iter().filter_map(|file| {
+                    match self.footers.with_reads_known(file, Some(&pruning)) {
+                        Some((reads, _)) if reads.row_groups == 0 => None,
+                        Some((_, known)) => Some(known),
+                        None => Some(file.clone()),
+                    }
+                });
+                FileGroup::new(kept.collect())
             })
             .filter(|group| !group.is_empty())
             .collect();
@@ -156,6 +154,7 @@ mod tests {
     use crate::planner::test_tables::{sorted_table, without_collected_joins};
     use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNode;
+    use datafusion::datasource::physical_plan::parquet::ParquetAccessPlan;
     use datafusion::execution::runtime_env::RuntimeEnv;
     use datafusion::physical_plan::collect;
     use datafusion::prelude::{SessionConfig, SessionContext};
@@ -222,6 +221,44 @@ mod tests {
             assert_eq!(got_groups, groups, "{sql}");
             assert_eq!(answer, oracle(sql).await, "{sql}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_kept_range_carries_the_row_groups_it_reads() {
+        let sql = "SELECT k, v FROM t WHERE k = 4321 OR k = 4999";
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = planning_context(config(), Arc::new(RuntimeEnv::default()));
+        sorted_table(&ctx, dir.path()).await;
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let mut kept = vec![];
+        plan.apply(|node| {
+            if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
+                if let Some((config, _)) = scan.downcast_to_file_source::<ParquetSource>() {
+                    kept.extend(config.file_groups.iter().flat_map(|g| g.iter()).cloned());
+                }
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        // 8 row groups of 1,000 keys in 4 ranges: both keys in the range of
+        // row groups 4 and 5 (0-based), of which that range reads only 4.
+        assert_eq!(kept.len(), 1);
+        let known = CachedFooters::known_reads(&kept[0]).expect("reads known");
+        assert_eq!(known.row_groups, 1);
+        let access = kept[0]
+            .extension::<ParquetAccessPlan>()
+            .expect("access plan");
+        assert_eq!(access.row_group_indexes(), vec![4]);
+
+        let batches = collect(plan, ctx.task_ctx()).await.unwrap();
+        let answer = pretty_format_batches(&batches).unwrap().to_string();
+        assert_eq!(answer, oracle(sql).await);
     }
 
     #[tokio::test]
