@@ -17,6 +17,7 @@ use squadron_worker::client::{
 };
 use squadron_worker::object_stores::{ObjectStores, StoreOptions};
 use squadron_worker::plan::guard::DataRoots;
+use squadron_worker::service::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
 use squadron_worker::single_row::scalar_subquery_value;
 use squadron_worker::tls::client::ClusterClientTls;
 use squadron_worker::tls::conn::incoming;
@@ -408,13 +409,21 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     };
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
-    let service = FlightServiceServer::new(SquadronFlight::new(Arc::new(SquadronFlightSql::new(
+    let flight = Arc::new(SquadronFlight::new(Arc::new(SquadronFlightSql::new(
         coordinator.clone(),
         options.auth.clone(),
         options.max_queries_per_user,
-    ))))
-    .max_decoding_message_size(CLIENT_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    ))));
+    let service = ZeroCopyDoGet::new(
+        FlightServiceServer::from_arc(Arc::clone(&flight))
+            .max_decoding_message_size(CLIENT_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        flight,
+        MessageLimits {
+            decoding: CLIENT_MESSAGE_BYTES,
+            encoding: MAX_MESSAGE_BYTES,
+        },
+    );
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_service_status("", ServingStatus::Serving)

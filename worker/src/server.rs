@@ -16,6 +16,7 @@ use tonic_health::ServingStatus;
 use crate::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
 use crate::object_stores::{ObjectStores, StoreOptions};
 use crate::plan::guard::DataRoots;
+use crate::service::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::stream::StreamManager;
 use crate::task::{Failpoint, StagePlans, TaskRegistry, TaskRunner};
@@ -133,7 +134,7 @@ impl Worker {
             self.tasks.clone(),
             draining.clone(),
         );
-        let flight = WorkerFlight::new(self.streams.clone());
+        let flight = Arc::new(WorkerFlight::new(self.streams.clone()));
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_service_status("", ServingStatus::Serving).await;
         let (tasks, streams) = (self.tasks.clone(), self.streams.clone());
@@ -167,9 +168,16 @@ impl Worker {
                 require_role(&[Role::Coordinator], enforce),
             ))
             .add_service(InterceptedService::new(
-                FlightServiceServer::new(flight)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                ZeroCopyDoGet::new(
+                    FlightServiceServer::from_arc(Arc::clone(&flight))
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                    flight,
+                    MessageLimits {
+                        decoding: MAX_MESSAGE_BYTES,
+                        encoding: MAX_MESSAGE_BYTES,
+                    },
+                ),
                 require_role(&[Role::Coordinator, Role::Worker], enforce),
             ))
             .serve_with_incoming_shutdown(incoming(listener, self.tls.clone()), shutdown)
