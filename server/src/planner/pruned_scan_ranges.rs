@@ -171,6 +171,12 @@ mod tests {
 
     /// The file groups of the plan's scans, and its answer.
     async fn plan_and_answer(ctx: &SessionContext, sql: &str) -> (Vec<usize>, String) {
+        let (scans, answer) = scans_and_answer(ctx, sql).await;
+        (scans.iter().map(Vec::len).collect(), answer)
+    }
+
+    /// The file groups of each of the plan's Parquet scans, and its answer.
+    async fn scans_and_answer(ctx: &SessionContext, sql: &str) -> (Vec<Vec<FileGroup>>, String) {
         let plan = ctx
             .sql(sql)
             .await
@@ -178,18 +184,18 @@ mod tests {
             .create_physical_plan()
             .await
             .unwrap();
-        let mut groups = vec![];
+        let mut scans = vec![];
         plan.apply(|node| {
             if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
                 if let Some((config, _)) = scan.downcast_to_file_source::<ParquetSource>() {
-                    groups.push(config.file_groups.len());
+                    scans.push(config.file_groups.clone());
                 }
             }
             Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
         })
         .unwrap();
         let batches = collect(plan, ctx.task_ctx()).await.unwrap();
-        (groups, pretty_format_batches(&batches).unwrap().to_string())
+        (scans, pretty_format_batches(&batches).unwrap().to_string())
     }
 
     async fn oracle(sql: &str) -> String {
@@ -229,35 +235,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = planning_context(config(), Arc::new(RuntimeEnv::default()));
         sorted_table(&ctx, dir.path()).await;
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let mut kept = vec![];
-        plan.apply(|node| {
-            if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
-                if let Some((config, _)) = scan.downcast_to_file_source::<ParquetSource>() {
-                    kept.extend(config.file_groups.iter().flat_map(|g| g.iter()).cloned());
-                }
-            }
-            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-        })
-        .unwrap();
+        let (scans, answer) = scans_and_answer(&ctx, sql).await;
+        let kept: Vec<_> = scans.iter().flatten().flat_map(FileGroup::iter).collect();
         // 8 row groups of 1,000 keys in 4 ranges: both keys in the range of
         // row groups 4 and 5 (0-based), of which that range reads only 4.
         assert_eq!(kept.len(), 1);
-        let known = CachedFooters::known_reads(&kept[0]).expect("reads known");
+        let known = CachedFooters::known_reads(kept[0]).expect("reads known");
         assert_eq!(known.row_groups, 1);
         let access = kept[0]
             .extension::<ParquetAccessPlan>()
             .expect("access plan");
         assert_eq!(access.row_group_indexes(), vec![4]);
-
-        let batches = collect(plan, ctx.task_ctx()).await.unwrap();
-        let answer = pretty_format_batches(&batches).unwrap().to_string();
         assert_eq!(answer, oracle(sql).await);
     }
 
