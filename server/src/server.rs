@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_flight::flight_service_server::FlightServiceServer;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
@@ -414,10 +413,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.auth.clone(),
         options.max_queries_per_user,
     ))));
-    let service = ZeroCopyDoGet::new(
-        FlightServiceServer::from_arc(Arc::clone(&flight))
-            .max_decoding_message_size(CLIENT_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+    let service = ZeroCopyDoGet::serving(
         flight,
         MessageLimits {
             decoding: CLIENT_MESSAGE_BYTES,

@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use arrow_flight::flight_service_server::FlightServiceServer;
 use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
@@ -168,10 +167,7 @@ impl Worker {
                 require_role(&[Role::Coordinator], enforce),
             ))
             .add_service(InterceptedService::new(
-                ZeroCopyDoGet::new(
-                    FlightServiceServer::from_arc(Arc::clone(&flight))
-                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                ZeroCopyDoGet::serving(
                     flight,
                     MessageLimits {
                         decoding: MAX_MESSAGE_BYTES,

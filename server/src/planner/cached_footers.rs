@@ -119,9 +119,6 @@ impl CachedFooters {
         file: &PartitionedFile,
         pruning: Option<&ScanPruning>,
     ) -> Option<RangeReads> {
-        if let Some(known) = Self::known_reads(file) {
-            return Some(known);
-        }
         self.access(file, pruning).map(|(reads, _)| reads)
     }
 

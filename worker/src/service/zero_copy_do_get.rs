@@ -20,7 +20,7 @@ use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
 use arrow_flight::{FlightData, Ticket};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::future::BoxFuture;
@@ -69,8 +69,12 @@ impl<S: Clone, F> Clone for ZeroCopyDoGet<S, F> {
     }
 }
 
-impl<S, F> ZeroCopyDoGet<S, F> {
-    pub fn new(inner: S, flight: Arc<F>, limits: MessageLimits) -> Self {
+impl<F: FlightService> ZeroCopyDoGet<FlightServiceServer<F>, F> {
+    /// `flight` as tonic serves it, but for DoGet; the same limits on both.
+    pub fn serving(flight: Arc<F>, limits: MessageLimits) -> Self {
+        let inner = FlightServiceServer::from_arc(Arc::clone(&flight))
+            .max_decoding_message_size(limits.decoding)
+            .max_encoding_message_size(limits.encoding);
         Self {
             inner,
             flight,
@@ -399,7 +403,6 @@ mod tests {
 
     /// A server of `TwoBatches` behind `ZeroCopyDoGet`, and a channel to it.
     async fn served() -> tonic::transport::Channel {
-        use arrow_flight::flight_service_server::FlightServiceServer;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let flight = Arc::new(TwoBatches);
@@ -407,11 +410,7 @@ mod tests {
             decoding: 1 << 20,
             encoding: 1 << 20,
         };
-        let service = ZeroCopyDoGet::new(
-            FlightServiceServer::from_arc(Arc::clone(&flight)),
-            flight,
-            limits,
-        );
+        let service = ZeroCopyDoGet::serving(flight, limits);
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(service)
