@@ -13,7 +13,9 @@
 //! size limits behave as tonic's do. Only the framing of the answer
 //! differs: each message goes out as two chunks, the gRPC prefix with the
 //! message's small fields, then its body (`data_body`) as it is, shared
-//! rather than copied.
+//! rather than copied. Its IPC header is padded with zeros so the body
+//! starts 64-byte aligned within the message, which spares arrow-rs
+//! readers a copy of it (`aligned_header`).
 
 use std::convert::Infallible;
 use std::pin::{pin, Pin};
@@ -206,9 +208,14 @@ impl http_body::Body for FramedMessages {
 
 /// `message` as gRPC frames it: the prefix and every field but the body,
 /// encoded; then the body, untouched. Fields go out in field-number order,
-/// the body's (1000) last, as prost itself orders them.
+/// the body's (1000) last, as prost itself orders them. The IPC header is
+/// padded so the body starts 64-byte aligned in the message (see
+/// `aligned_header`).
 fn framed(mut message: FlightData, max_message: usize) -> Result<(Bytes, Bytes), Status> {
     let body = std::mem::take(&mut message.data_body);
+    if !body.is_empty() && !message.data_header.is_empty() {
+        message.data_header = aligned_header(&message, body.len());
+    }
     let fields = message.encoded_len();
     let body_field = match body.len() {
         0 => 0,
@@ -236,6 +243,52 @@ fn framed(mut message: FlightData, max_message: usize) -> Result<(Bytes, Bytes),
     Ok((prefix.freeze(), body))
 }
 
+/// Alignment of Arrow buffers the IPC format recommends, and that
+/// arrow-rs's Flight decoder needs to use a body where it lies.
+const BODY_ALIGNMENT: usize = 64;
+
+/// `message`'s IPC header with zeros after it, enough that a body of
+/// `body_len` bytes starts at a multiple of `BODY_ALIGNMENT` from the start
+/// of the encoded message.
+///
+/// A receiver decodes each message from a buffer that usually starts
+/// aligned (tonic allocates a fresh one per large message), but the body
+/// sits after the header and a few bytes of protobuf framing. arrow-rs's
+/// Flight decoder copies a body that is not 64-byte aligned into one that
+/// is, so each message the coordinator read from a worker, or a client
+/// read from the coordinator, was copied whole once more (12 % of a Rust
+/// client's CPU streaming `lineitem`). Arrow's IPC format pads its
+/// metadata with zeros the same way; readers stop at the flatbuffer's end.
+fn aligned_header(message: &FlightData, body_len: usize) -> Bytes {
+    let header = &message.data_header;
+    let other_fields = FlightData {
+        data_header: Bytes::new(),
+        data_body: Bytes::new(),
+        ..message.clone()
+    }
+    .encoded_len();
+    let body_start = |header_len: usize| {
+        other_fields
+            + key_len(2)
+            + encoded_len_varint(header_len as u64)
+            + header_len
+            + key_len(DATA_BODY_TAG)
+            + encoded_len_varint(body_len as u64)
+    };
+    // A varint's length can grow with the padding, so look for the
+    // smallest padding that works rather than computing it.
+    let padding = (0..2 * BODY_ALIGNMENT)
+        .find(|pad| body_start(header.len() + pad) % BODY_ALIGNMENT == 0)
+        .unwrap_or(0);
+    if padding == 0 {
+        return header.clone();
+    }
+    let mut padded = BytesMut::with_capacity(header.len() + padding);
+    padded.extend_from_slice(header);
+    padded.put_bytes(0, padding);
+    padded.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,32 +302,77 @@ mod tests {
         framed
     }
 
+    /// `message` framed by us, as one byte string, with its body checked
+    /// to be the message's own buffer, not a copy.
+    fn ours(message: &FlightData) -> Vec<u8> {
+        let (prefix, body) = framed(message.clone(), usize::MAX).unwrap();
+        if !message.data_body.is_empty() {
+            assert_eq!(body.as_ptr(), message.data_body.as_ptr());
+        }
+        let mut ours = prefix.to_vec();
+        ours.extend_from_slice(&body);
+        ours
+    }
+
     #[test]
-    fn a_message_is_framed_byte_for_byte_as_tonic_frames_it() {
+    fn a_message_without_header_or_body_is_framed_byte_for_byte_as_tonic_frames_it() {
         let messages = [
             FlightData::default(),
             FlightData {
                 data_header: Bytes::from_static(b"header"),
+                app_metadata: Bytes::from_static(b"meta"),
                 ..Default::default()
             },
             FlightData {
-                data_header: Bytes::from(vec![7u8; 300]),
-                app_metadata: Bytes::from_static(b"meta"),
-                data_body: Bytes::from(vec![1u8; 200_000]),
-                flight_descriptor: Some(FlightDescriptor::new_path(vec!["a".into()])),
-            },
-            FlightData {
                 data_body: Bytes::from_static(b"x"),
+                flight_descriptor: Some(FlightDescriptor::new_path(vec!["a".into()])),
                 ..Default::default()
             },
         ];
         for message in messages {
-            let (prefix, body) = framed(message.clone(), usize::MAX).unwrap();
-            let mut ours = prefix.to_vec();
-            ours.extend_from_slice(&body);
-            assert_eq!(ours, tonic_framing(&message));
-            // The body is the message's own buffer, not a copy.
-            assert_eq!(body.as_ptr(), message.data_body.as_ptr());
+            assert_eq!(ours(&message), tonic_framing(&message));
+        }
+    }
+
+    #[test]
+    fn a_body_starts_64_byte_aligned_after_a_header_padded_with_zeros() {
+        // Header lengths around the varint boundary (128), bodies on both
+        // sides of theirs (16 KiB), with and without the other fields.
+        for header_len in [1, 59, 60, 63, 64, 100, 120, 126, 127, 128, 300, 1000] {
+            for body_len in [1, 200, 16_383, 16_384, 200_000] {
+                for others in [false, true] {
+                    let message = FlightData {
+                        data_header: Bytes::from(vec![7u8; header_len]),
+                        data_body: Bytes::from(vec![1u8; body_len]),
+                        app_metadata: if others {
+                            Bytes::from_static(b"meta")
+                        } else {
+                            Bytes::new()
+                        },
+                        flight_descriptor: others
+                            .then(|| FlightDescriptor::new_path(vec!["a".into()])),
+                    };
+                    let framed = ours(&message);
+                    // What the receiver decodes: the same message, its
+                    // header followed by fewer than 128 zeros.
+                    let decoded = FlightData::decode(&framed[PREFIX_BYTES..]).unwrap();
+                    let padding = decoded.data_header.len() - header_len;
+                    assert!(padding < 128, "{padding} bytes of padding");
+                    assert_eq!(decoded.data_header[..header_len], message.data_header[..]);
+                    assert!(decoded.data_header[header_len..].iter().all(|b| *b == 0));
+                    assert_eq!(
+                        FlightData {
+                            data_header: message.data_header.clone(),
+                            ..decoded
+                        },
+                        message
+                    );
+                    // The body is the end of the message; where it starts
+                    // within the message is a multiple of 64.
+                    let body_start = framed.len() - PREFIX_BYTES - body_len;
+                    assert_eq!(body_start % 64, 0, "header {header_len}, body {body_len}");
+                }
+            }
         }
     }
 
@@ -425,18 +523,34 @@ mod tests {
 
     #[tokio::test]
     async fn a_do_get_answer_reads_as_the_batches_sent_with_its_metadata() {
+        use crate::stream::ipc_header::MessageKind;
         use arrow_flight::flight_service_client::FlightServiceClient;
         let mut client = FlightServiceClient::new(served().await);
         let response = client.do_get(Ticket::new("ok")).await.unwrap();
         assert_eq!(response.metadata().get("x-answer").unwrap(), "two batches");
-        let messages = response
-            .into_inner()
-            .map_err(arrow_flight::error::FlightError::from);
-        let batches: Vec<_> =
-            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(messages)
-                .try_collect()
-                .await
-                .unwrap();
+        let messages: Vec<FlightData> = response.into_inner().try_collect().await.unwrap();
+        // Headers padded for alignment still read as what they announce.
+        let kinds: Vec<_> = messages
+            .iter()
+            .map(|m| crate::stream::ipc_header::message_kind(m).unwrap())
+            .collect();
+        assert_eq!(
+            kinds[1..],
+            [
+                MessageKind::RecordBatch {
+                    rows: batch(0).num_rows() as u64
+                },
+                MessageKind::RecordBatch {
+                    rows: batch(1000).num_rows() as u64
+                }
+            ]
+        );
+        let batches: Vec<_> = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
+            futures::stream::iter(messages.into_iter().map(Ok)),
+        )
+        .try_collect()
+        .await
+        .unwrap();
         assert_eq!(batches, vec![batch(0), batch(1000)]);
     }
 
