@@ -219,7 +219,7 @@ fn framed(mut message: FlightData, max_message: usize) -> Result<(Bytes, Bytes),
     let fields = message.encoded_len();
     let body_field = match body.len() {
         0 => 0,
-        n => key_len(DATA_BODY_TAG) + encoded_len_varint(n as u64) + n,
+        n => body_key_and_length(n) + n,
     };
     let len = fields + body_field;
     if len > max_message {
@@ -243,13 +243,19 @@ fn framed(mut message: FlightData, max_message: usize) -> Result<(Bytes, Bytes),
     Ok((prefix.freeze(), body))
 }
 
+/// The bytes before a body of `len` bytes in its field: its key and length.
+fn body_key_and_length(len: usize) -> usize {
+    key_len(DATA_BODY_TAG) + encoded_len_varint(len as u64)
+}
+
 /// Alignment of Arrow buffers the IPC format recommends, and that
 /// arrow-rs's Flight decoder needs to use a body where it lies.
 const BODY_ALIGNMENT: usize = 64;
 
 /// `message`'s IPC header with zeros after it, enough that a body of
 /// `body_len` bytes starts at a multiple of `BODY_ALIGNMENT` from the start
-/// of the encoded message.
+/// of the encoded message. `message` comes with its body taken out and a
+/// header that is not empty (prost encodes no field for an empty one).
 ///
 /// A tonic receiver often decodes a large message from the start of a
 /// fresh, aligned buffer (60 % of the messages of a `lineitem` stream),
@@ -261,20 +267,12 @@ const BODY_ALIGNMENT: usize = 64;
 /// metadata with zeros the same way; readers stop at the flatbuffer's end.
 fn aligned_header(message: &FlightData, body_len: usize) -> Bytes {
     let header = &message.data_header;
-    let other_fields = FlightData {
-        data_header: Bytes::new(),
-        data_body: Bytes::new(),
-        ..message.clone()
-    }
-    .encoded_len();
-    let body_start = |header_len: usize| {
-        other_fields
-            + key_len(2)
-            + encoded_len_varint(header_len as u64)
-            + header_len
-            + key_len(DATA_BODY_TAG)
-            + encoded_len_varint(body_len as u64)
-    };
+    // The fields encoded before the body: all of `message` (its body is
+    // already taken out), with the header's field sized as padded.
+    let header_field = |len: usize| key_len(2) + encoded_len_varint(len as u64) + len;
+    let other_fields = message.encoded_len() - header_field(header.len());
+    let body_start =
+        |header_len: usize| other_fields + header_field(header_len) + body_key_and_length(body_len);
     // A varint's length can grow with the padding, so look for the
     // smallest padding that works rather than computing it.
     let padding = (0..2 * BODY_ALIGNMENT)
