@@ -32,7 +32,11 @@ use crate::planner::local::{
     computes_in_proportion, reads_little, reads_no_table, DEFAULT_COORDINATOR_SCAN_LIMIT,
 };
 use crate::planner::placeholders::number_placeholders;
-use crate::planner::{build_job_graph, encode_stages, for_clients, JobGraph};
+use crate::planner::templates::{Instance, StatementKey, Template};
+use crate::planner::{
+    build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
+    JobGraph,
+};
 use crate::queries::QueryLog;
 use crate::scheduler::{
     run_locally, started_at_once, Admission, JobIds, JobProgress, JobReport, JobRunner, Placement,
@@ -85,6 +89,22 @@ impl PlannedQuery {
                 }
         )
     }
+}
+
+/// What a session's templates did for a statement (`plan_from_template`).
+pub enum Reuse {
+    /// Planned from a template.
+    Planned(Box<PlannedQuery>),
+    /// No template of its shape yet: plan it and keep one.
+    Unknown,
+    /// Its shape was checked and does not qualify.
+    DoesNotQualify,
+    /// The template was made from a table or files since changed: plan
+    /// it and keep a new one.
+    Stale,
+    /// A constant does not convert exactly to the type the template has
+    /// for it: plan it, and keep the template for the next one.
+    Inexact,
 }
 
 /// How the coordinator runs a plan it answers itself.
@@ -217,6 +237,9 @@ pub struct Coordinator {
     /// Queries reading at most this many bytes of Parquet run here
     /// (`--coordinator-scan-limit`).
     scan_limit: u64,
+    /// Whether statements that differ only in their constants re-use a
+    /// plan (`--reuse-plans`).
+    reuse_plans: bool,
 }
 
 impl Coordinator {
@@ -232,7 +255,15 @@ impl Coordinator {
             table_roots: None,
             queries: Arc::default(),
             scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
+            reuse_plans: true,
         }
+    }
+
+    /// Whether statements that differ only in their constants re-use a
+    /// plan (see `planner::templates`).
+    pub fn with_plan_reuse(mut self, reuse: bool) -> Self {
+        self.reuse_plans = reuse;
+        self
     }
 
     /// Runs queries that read at most `bytes` of Parquet here, not on the
@@ -346,6 +377,87 @@ impl Coordinator {
         let logical = self.logical_plan(session, sql).await?;
         tracing::trace!("logical plan ready");
         self.plan_logical(session, logical).await
+    }
+
+    /// The key under which a client's statement `sql` may re-use a plan
+    /// (see `planner::templates`); `None` when plans are not re-used or
+    /// it has no constant to swap.
+    pub fn statement_key(&self, session: &Session, sql: &str) -> Option<StatementKey> {
+        if !self.reuse_plans {
+            return None;
+        }
+        // Read in place: a clone of the state costs more than the parse.
+        let state = session.ctx().state_ref();
+        let state = state.read();
+        StatementKey::of(&state, sql)
+    }
+
+    /// The statement of `key` planned from the session's template of its
+    /// shape, if it has one that fits; `Err` only for a failure after the
+    /// template was taken.
+    pub async fn plan_from_template(
+        &self,
+        session: &Arc<Session>,
+        key: &StatementKey,
+    ) -> Result<Reuse, Status> {
+        let template = match session.templates().get(&key.shape) {
+            None => return Ok(Reuse::Unknown),
+            Some(None) => return Ok(Reuse::DoesNotQualify),
+            Some(Some(template)) => template,
+        };
+        let started = Instant::now();
+        let state = session.ctx().state();
+        let plan = match template
+            .instantiate(session.ctx(), &state, &key.values)
+            .await
+        {
+            Ok(Instance::Plan(plan)) => plan,
+            Ok(Instance::Inexact) => return Ok(Reuse::Inexact),
+            Ok(Instance::Stale) | Err(_) => return Ok(Reuse::Stale),
+        };
+        let plan = prune_scan_ranges(&state, plan).map_err(|e| to_status(&e))?;
+        let planned = self.planned(session, plan, session.changed_settings())?;
+        metrics::histogram!(crate::metrics::PLANNING_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!(crate::metrics::PLANS_REUSED).increment(1);
+        session.templates().note_reuse();
+        Ok(Reuse::Planned(Box::new(planned)))
+    }
+
+    /// Keeps the template of the statement of `key`, planned as `logical`
+    /// (from SQL, not optimized), or remembers that its shape does not
+    /// qualify. Planned once more, without the pruning that depends on
+    /// the values; only the first statement of a shape pays for it.
+    pub async fn keep_template(
+        &self,
+        session: &Arc<Session>,
+        key: StatementKey,
+        logical: &LogicalPlan,
+    ) {
+        let generation = session.templates().generation();
+        let template = match Template::table_of(logical, &key.values) {
+            None => None,
+            Some(table) => {
+                let state = session.ctx().state();
+                let unpruned = without_scan_range_pruning(&state);
+                let captured = match unpruned
+                    .create_physical_plan(logical)
+                    .await
+                    .and_then(for_clients)
+                {
+                    Ok(plan) => Template::capture(&state, plan, table, key.values).await,
+                    Err(e) => Err(e),
+                };
+                match captured {
+                    Ok(template) => template.map(Arc::new),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no plan template");
+                        None
+                    }
+                }
+            }
+        };
+        session.templates().insert(key.shape, template, generation);
     }
 
     /// The logical plan of one SQL statement, its names resolved in
@@ -475,31 +587,41 @@ impl Coordinator {
                     })
                     .map_err(|e| to_status(&e))?;
                 tracing::trace!("physical plan ready");
-                let schema = plan.schema();
-                if let Some(run) = self.runs_here(&plan, session) {
-                    let task_ctx = session.task_ctx();
-                    // Run as a worker runs it (see `ready_to_execute`).
-                    let plan = ready_to_execute(plan, &task_ctx).map_err(|e| to_status(&e))?;
-                    return Ok(PlannedQuery {
-                        schema,
-                        work: Work::Local {
-                            plan,
-                            task_ctx,
-                            run,
-                        },
-                        settings,
-                    });
-                }
-                let mut graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
-                tracing::trace!("stages cut");
-                encode_stages(&mut graph).map_err(|e| to_status(&e))?;
-                Ok(PlannedQuery {
-                    schema,
-                    work: Work::Distributed(Arc::new(graph)),
-                    settings,
-                })
+                self.planned(session, plan, settings)
             }
         }
+    }
+
+    /// A physical plan made ready to run: here, or cut into stages.
+    fn planned(
+        &self,
+        session: &Arc<Session>,
+        plan: Arc<dyn ExecutionPlan>,
+        settings: Vec<(String, String)>,
+    ) -> Result<PlannedQuery, Status> {
+        let schema = plan.schema();
+        if let Some(run) = self.runs_here(&plan, session) {
+            let task_ctx = session.task_ctx();
+            // Run as a worker runs it (see `ready_to_execute`).
+            let plan = ready_to_execute(plan, &task_ctx).map_err(|e| to_status(&e))?;
+            return Ok(PlannedQuery {
+                schema,
+                work: Work::Local {
+                    plan,
+                    task_ctx,
+                    run,
+                },
+                settings,
+            });
+        }
+        let mut graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
+        tracing::trace!("stages cut");
+        encode_stages(&mut graph).map_err(|e| to_status(&e))?;
+        Ok(PlannedQuery {
+            schema,
+            work: Work::Distributed(Arc::new(graph)),
+            settings,
+        })
     }
 
     /// Runs a DDL or DML statement now (after an admission slot); its

@@ -143,6 +143,12 @@ struct Args {
           default_value_t = squadron_server::planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT as usize)]
     coordinator_scan_limit: usize,
 
+    /// Whether a statement that differs from an earlier one of the same
+    /// client session only in its constants (a lookup by another key)
+    /// re-uses that statement's plan rather than being planned again.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    reuse_plans: bool,
+
     /// Seconds between health probes of the workers.
     #[arg(long, default_value_t = 2.0)]
     health_interval: f64,
@@ -317,6 +323,7 @@ async fn main() -> anyhow::Result<()> {
         table_roots: security.table_roots,
         max_queries_per_user: args.max_queries_per_user.max(1),
         coordinator_scan_limit: args.coordinator_scan_limit as u64,
+        reuse_plans: args.reuse_plans,
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));

@@ -8,6 +8,7 @@ pub const QUERIES: &str = "squadron_queries_total";
 pub const QUERY_SECONDS: &str = "squadron_query_duration_seconds";
 pub const QUERIES_ACTIVE: &str = "squadron_queries_active";
 pub const PLANNING_SECONDS: &str = "squadron_planning_duration_seconds";
+pub const PLANS_REUSED: &str = "squadron_plans_reused_total";
 pub const FLIGHT_REQUESTS: &str = "squadron_flight_requests_total";
 pub const STAGES: &str = "squadron_stages_total";
 pub const TASKS: &str = "squadron_tasks_total";
@@ -42,6 +43,10 @@ pub fn describe() {
         "Physical planning and stage cutting of one statement"
     );
     describe_counter!(
+        PLANS_REUSED,
+        "Statements planned from a kept plan of the same statement with other constants"
+    );
+    describe_counter!(
         FLIGHT_REQUESTS,
         "Flight SQL calls, by method and the status they were answered with"
     );
@@ -72,7 +77,13 @@ pub fn describe() {
     for kind in AUTH_FAILURE_KINDS {
         counter!(AUTH_FAILURES, "kind" => *kind).increment(0);
     }
-    for name in [STAGES, JOB_RETRIES, CLIENT_BYTES, CLIENT_BATCHES] {
+    for name in [
+        STAGES,
+        JOB_RETRIES,
+        CLIENT_BYTES,
+        CLIENT_BATCHES,
+        PLANS_REUSED,
+    ] {
         counter!(name).increment(0);
     }
     for name in [QUERIES_ACTIVE, WORKERS_KNOWN, WORKERS_HEALTHY] {

@@ -109,6 +109,9 @@ pub struct ServerOptions {
     /// Queries reading at most this many bytes of Parquet run on the
     /// coordinator (`--coordinator-scan-limit`); 0: none.
     pub coordinator_scan_limit: u64,
+    /// Whether statements that differ only in their constants re-use a
+    /// plan (`--reuse-plans`).
+    pub reuse_plans: bool,
 }
 
 impl Default for ServerOptions {
@@ -133,6 +136,7 @@ impl Default for ServerOptions {
             table_roots: Some(DataRoots::default()),
             max_queries_per_user: DEFAULT_MAX_QUERIES_PER_USER,
             coordinator_scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
+            reuse_plans: true,
         }
     }
 }
@@ -385,7 +389,8 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     );
     let mut coordinator = Coordinator::new(ctx, runner, &options.limits)
         .with_table_roots(options.table_roots.clone())
-        .with_scan_limit(options.coordinator_scan_limit);
+        .with_scan_limit(options.coordinator_scan_limit)
+        .with_plan_reuse(options.reuse_plans);
     if let Some(dir) = &options.data_dir {
         coordinator = coordinator.with_catalog(Arc::new(PersistedCatalog::open(dir)?));
     }

@@ -8,7 +8,7 @@
 //! workers execute with them too.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use datafusion::config::{ConfigField, ConfigOptions};
 use datafusion::execution::context::SessionContext;
@@ -17,6 +17,8 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
 use squadron_worker::configured_functions::refresh_configured_functions;
 use tonic::Status;
+
+use crate::planner::templates::Templates;
 
 /// Settings a client may change for itself. The rest shape the server
 /// process (memory, spill directories, the catalog's storage) or the
@@ -52,6 +54,9 @@ pub struct Session {
     changed: Mutex<BTreeMap<String, String>>,
     /// The settings it started with, for RESET.
     initial: ConfigOptions,
+    /// Plans kept for statements that differ only in their constants;
+    /// planned with this session's settings.
+    templates: Mutex<Templates>,
 }
 
 impl std::fmt::Debug for Session {
@@ -70,6 +75,7 @@ impl Session {
             ctx,
             changed: Mutex::new(BTreeMap::new()),
             initial,
+            templates: Mutex::new(Templates::default()),
         }
     }
 
@@ -94,6 +100,11 @@ impl Session {
 
     pub fn ctx(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// The plans this session keeps for re-use (see `planner::templates`).
+    pub fn templates(&self) -> MutexGuard<'_, Templates> {
+        self.templates.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn task_ctx(&self) -> Arc<TaskContext> {
@@ -192,6 +203,7 @@ impl Session {
             .map_err(|e| Status::internal(format!("re-creating functions: {e}")))?;
         let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
         changed.insert(key, value.to_string());
+        self.templates().clear();
         Ok(())
     }
 
@@ -238,6 +250,7 @@ impl Session {
         let state = self.ctx.state_ref();
         let mut state = state.write();
         *state.config_mut().options_mut() = options;
+        self.templates().clear();
         refresh_configured_functions(&mut state)
             .map_err(|e| Status::internal(format!("re-creating functions: {e}")))
     }
@@ -245,6 +258,9 @@ impl Session {
     /// Applies a statement that changes only this session (see
     /// `changes_session`).
     pub async fn apply_statement(&self, plan: &LogicalPlan) -> Result<(), Status> {
+        // Whatever it changes, plans made before it may no longer be the
+        // ones the session would make.
+        self.templates().clear();
         match plan {
             LogicalPlan::Statement(Statement::SetVariable(set)) => {
                 check_runtime_value(plan, &set.variable).await?;

@@ -22,6 +22,7 @@ use tonic::Status;
 use super::handles::HandleMap;
 use crate::coordinator::parameter_names;
 use crate::planner::client_types::{client_schema, client_type};
+use crate::planner::templates::StatementKey;
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 pub const DEFAULT_CAPACITY: usize = 4096;
@@ -38,6 +39,9 @@ pub struct Prepared {
     pub dataset: SchemaRef,
     /// The parameter rows last bound, if any.
     pub bound: Option<RecordBatch>,
+    /// For a statement without parameters, the key under which it may
+    /// re-use a plan (see `planner::templates`).
+    pub key: Option<StatementKey>,
 }
 
 impl Prepared {
@@ -66,7 +70,17 @@ impl Prepared {
             parameters: Arc::new(Schema::new(fields)),
             dataset,
             bound: None,
+            key: None,
         })
+    }
+
+    /// With `key`, if the statement has no parameters (bound values are
+    /// not part of a key).
+    pub fn with_key(mut self, key: Option<StatementKey>) -> Self {
+        if self.parameters.fields().is_empty() {
+            self.key = key;
+        }
+        self
     }
 
     /// The statement to run: the plan with each bound row's values in

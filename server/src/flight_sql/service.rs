@@ -47,11 +47,12 @@ use super::session_options::{
 };
 use super::sessions::{Caller, Sessions, DEFAULT_CAPACITY, DEFAULT_IDLE_TTL, SESSION_COOKIE};
 use super::statements::{Pending, StartedQuery, StatementStore};
-use crate::coordinator::{Coordinator, PlannedQuery, Work};
+use crate::coordinator::{Coordinator, PlannedQuery, Reuse, Work};
 use crate::output::encode_batches;
+use crate::planner::templates::StatementKey;
 use crate::security::auth::Authenticator;
 use crate::security::tickets::HandleSigner;
-use crate::session::changes_session;
+use crate::session::{changes_session, Session};
 use crate::updates::ingest::ingest;
 use crate::updates::{is_update, run_update};
 use datafusion::logical_expr::LogicalPlan;
@@ -165,11 +166,42 @@ impl SquadronFlightSql {
         self.coordinator.plan_logical(&session, logical).await
     }
 
-    /// Plans one SQL statement for `caller`.
+    /// Plans one SQL statement for `caller`; one that differs from an
+    /// earlier one only in its constants re-uses its plan (see
+    /// `planner::templates`).
     pub async fn plan_sql(&self, caller: &Caller, sql: &str) -> Result<PlannedQuery, Status> {
         let session = self.state.sessions.current(caller);
+        let key = self.coordinator.statement_key(&session, sql);
+        let keep = match self.planned_from_template(&session, key.as_ref()).await? {
+            Ok(planned) => return Ok(planned),
+            Err(keep) => keep,
+        };
         let logical = self.coordinator.logical_plan(&session, sql).await?;
+        if let (true, Some(key)) = (keep, key) {
+            self.coordinator
+                .keep_template(&session, key, &logical)
+                .await;
+        }
         self.plan_for(caller, logical).await
+    }
+
+    /// The statement of `key` planned from its session's template, or
+    /// else whether its planning should leave a template.
+    async fn planned_from_template(
+        &self,
+        session: &Arc<Session>,
+        key: Option<&StatementKey>,
+    ) -> Result<Result<PlannedQuery, bool>, Status> {
+        let Some(key) = key else {
+            return Ok(Err(false));
+        };
+        Ok(
+            match self.coordinator.plan_from_template(session, key).await? {
+                Reuse::Planned(planned) => Ok(*planned),
+                Reuse::Unknown | Reuse::Stale => Err(true),
+                Reuse::DoesNotQualify | Reuse::Inexact => Err(false),
+            },
+        )
     }
 
     /// Keeps a planned statement for its DoGet (started already when
@@ -491,7 +523,8 @@ impl FlightSqlService for SquadronFlightSql {
             .coordinator
             .logical_plan(&session, &query.query)
             .await?;
-        let prepared = Prepared::new(plan)?;
+        let key = self.coordinator.statement_key(&session, &query.query);
+        let prepared = Prepared::new(plan)?.with_key(key);
         let dataset_schema = schema_bytes(&prepared.dataset)?;
         let parameter_schema = schema_bytes(&prepared.parameters)?;
         let id = self.state.prepared.insert(prepared, &caller.quota_key())?;
@@ -522,10 +555,22 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let caller = Caller::of(&request);
-        let prepared = self
-            .prepared_of(&caller, &query.prepared_statement_handle)
-            .await?;
-        let planned = self.plan_for(&caller, prepared.bound_plan()?).await?;
+        let id = self.id_of(&caller, &query.prepared_statement_handle);
+        let prepared = self.state.prepared.get(&id)?;
+        let session = self.state.sessions.current(&caller);
+        let key = prepared.key.clone().filter(|_| prepared.bound.is_none());
+        let planned = match self.planned_from_template(&session, key.as_ref()).await? {
+            Ok(planned) => planned,
+            Err(keep) => {
+                let prepared = self.with_current_tables(&caller, prepared).await?;
+                if let (true, Some(key)) = (keep, key) {
+                    self.coordinator
+                        .keep_template(&session, key, &prepared.plan)
+                        .await;
+                }
+                self.plan_for(&caller, prepared.bound_plan()?).await?
+            }
+        };
         let planned = self.updated_now(&caller, planned).await?;
         self.statement_info(&caller, planned, request.into_inner())
             .await

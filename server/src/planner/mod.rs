@@ -20,6 +20,7 @@ pub mod rows_read;
 pub mod scalar_subquery;
 pub mod statistics_bounds;
 pub mod subset_key_shuffles;
+pub mod templates;
 #[cfg(test)]
 mod test_tables;
 
@@ -27,3 +28,4 @@ pub use client_types::for_clients;
 pub use cut::build_job_graph;
 pub use encode::encode_stages;
 pub use job_graph::{JobGraph, Stage, StageOutput};
+pub use pruned_scan_ranges::{prune_scan_ranges, without_scan_range_pruning};

@@ -28,6 +28,7 @@ use datafusion::common::Result;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -130,6 +131,39 @@ impl PrunedScanRanges {
     }
 }
 
+/// The rule's name among a session's physical optimizer rules.
+const NAME: &str = "pruned_scan_ranges";
+
+/// `state` without this rule: the plans it makes keep every range, for
+/// a caller that prunes them itself (`prune_scan_ranges`) each time it
+/// runs the plan with other values (`planner::templates`).
+pub fn without_scan_range_pruning(state: &SessionState) -> SessionState {
+    let rules = state
+        .physical_optimizers()
+        .iter()
+        .filter(|rule| rule.name() != NAME)
+        .cloned()
+        .collect();
+    SessionStateBuilder::new_from_existing(state.clone())
+        .with_physical_optimizer_rules(rules)
+        .build()
+}
+
+/// `plan` pruned by the rule of `state`, as its planning would have.
+pub fn prune_scan_ranges(
+    state: &SessionState,
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    match state
+        .physical_optimizers()
+        .iter()
+        .find(|rule| rule.name() == NAME)
+    {
+        Some(rule) => rule.optimize(plan, state.config_options()),
+        None => Ok(plan),
+    }
+}
+
 impl PhysicalOptimizerRule for PrunedScanRanges {
     fn optimize(
         &self,
@@ -140,7 +174,7 @@ impl PhysicalOptimizerRule for PrunedScanRanges {
     }
 
     fn name(&self) -> &str {
-        "pruned_scan_ranges"
+        NAME
     }
 
     fn schema_check(&self) -> bool {

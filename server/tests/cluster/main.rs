@@ -16,6 +16,7 @@ mod job_graph_snapshots;
 mod lifecycle;
 mod poll_and_schema;
 mod pruned_ranges;
+mod reused_plans;
 mod security;
 mod slow_reader;
 mod socket_options;

@@ -10,7 +10,7 @@ use squadron_server::catalog::TableSpec;
 use crate::support::{client, coordinator_with, oracle, oracle_context, query, test_options};
 
 /// One Parquet file of 40,000 rows sorted on `k`, in row groups of 2,000.
-async fn write_sorted_file(path: &std::path::Path) {
+pub async fn write_sorted_file(path: &std::path::Path) {
     let ctx = SessionContext::new();
     for sql in [
         "SET datafusion.execution.parquet.max_row_group_size = 2000".to_string(),
