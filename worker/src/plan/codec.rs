@@ -198,6 +198,23 @@ pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
     .map(|b| b.to_vec())
 }
 
+/// A copy of `plan` that shares nothing with it, as a worker would decode
+/// it: a plan executed again and again (the coordinator's kept plans)
+/// needs fresh metrics each time, and DataFusion's Parquet scan keeps its
+/// metrics in its source, which every clone shares.
+pub fn unshared_copy(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: &TaskContext,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let bytes = encode_plan(plan)?;
+    let plan = datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(
+        &bytes,
+        ctx,
+        &SquadronCodec,
+    )?;
+    super::wire::repaired(plan)
+}
+
 /// Decodes a stage plan from a `TaskDefinition`.
 pub fn decode_plan(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
     let plan = datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(

@@ -11,7 +11,7 @@ mod top_k;
 pub mod wire;
 mod yielding;
 
-pub use codec::{decode_plan, encode_plan, SquadronCodec};
+pub use codec::{decode_plan, encode_plan, unshared_copy, SquadronCodec};
 pub use plain_strings::prepare_parquet_scans;
 pub use stage_read::{StageBinding, StageReadExec};
 pub use yielding::yielding;

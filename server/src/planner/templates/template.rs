@@ -21,6 +21,7 @@ use datafusion::datasource::physical_plan::{FileScanConfigBuilder, FileSource, P
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::session_state::SessionState;
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::physical_expr::expressions::Literal;
@@ -28,6 +29,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
+use squadron_worker::plan::unshared_copy;
 
 /// Operators that only pass rows on (no literal may sit in them).
 const PASS_THROUGH: &[&str] = &[
@@ -139,9 +141,11 @@ impl Template {
         {
             return Ok(Instance::Stale);
         }
+        let task_ctx = ctx.task_ctx();
         let swap = Swap {
             from: &self.values,
             to: values,
+            task_ctx: &task_ctx,
         };
         Ok(match swap.plan(&self.plan)? {
             Some(plan) => Instance::Plan(plan),
@@ -325,6 +329,7 @@ fn same_provider(a: &Arc<dyn TableProvider>, b: &Arc<dyn TableProvider>) -> bool
 struct Swap<'a> {
     from: &'a [ScalarValue],
     to: &'a [ScalarValue],
+    task_ctx: &'a TaskContext,
 }
 
 impl Swap<'_> {
@@ -364,7 +369,10 @@ impl Swap<'_> {
             let config = FileScanConfigBuilder::from(config.clone())
                 .with_source(Arc::new(source))
                 .build();
-            return Ok(Some(DataSourceExec::from_data_source(config)));
+            // Not a clone: clones of a Parquet source share its metrics,
+            // which every run would add to without end.
+            let scan = unshared_copy(DataSourceExec::from_data_source(config), self.task_ctx)?;
+            return Ok(Some(scan));
         }
         #[allow(deprecated)] // replace_children needs options we have no use for
         let rebuilt = Arc::clone(plan).with_new_children(children)?;

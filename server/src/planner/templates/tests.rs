@@ -271,3 +271,25 @@ async fn a_session_keeps_few_templates_and_none_made_before_a_change() {
         .unwrap();
     assert!(session.templates().is_empty());
 }
+
+#[tokio::test]
+async fn runs_of_a_template_do_not_add_to_one_another_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = context(dir.path()).await;
+    let template = capture(&ctx, "SELECT v FROM t WHERE k = 42").await.unwrap();
+    let mut counts = vec![];
+    for k in [1, 2, 3] {
+        let sql = format!("SELECT v FROM t WHERE k = {k}");
+        let Instance::Plan(plan) = instantiate(&ctx, &template, &sql).await else {
+            panic!("{sql}: not re-used");
+        };
+        collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+        let mut scan = Arc::clone(&plan);
+        while let Some(child) = scan.children().first().map(|c| Arc::clone(c)) {
+            scan = child;
+        }
+        counts.push(scan.metrics().map_or(0, |m| m.iter().count()));
+    }
+    assert!(counts[0] > 0, "the scan records metrics");
+    assert!(counts.iter().all(|c| *c == counts[0]), "{counts:?}");
+}
