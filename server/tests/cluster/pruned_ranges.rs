@@ -6,6 +6,7 @@ use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
 use squadron_server::answers::same_rows;
 use squadron_server::catalog::TableSpec;
+use squadron_server::RunningServer;
 
 use crate::support::{client, coordinator_with, oracle, oracle_context, query, test_options};
 
@@ -24,22 +25,27 @@ pub async fn write_sorted_file(path: &std::path::Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_point_lookup_runs_only_the_task_that_may_match() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sorted.parquet");
+/// A coordinator over `sorted` (see `write_sorted_file`, in `dir`), the
+/// file split into one range per partition (4) as DataFusion splits files
+/// over 10 MiB; and the oracle over the same table.
+pub async fn sorted_in_four_ranges(dir: &std::path::Path) -> (RunningServer, SessionContext) {
+    let file = dir.join("sorted.parquet");
     write_sorted_file(&file).await;
     let tables: Vec<TableSpec> = vec![format!("sorted={}", file.display()).parse().unwrap()];
     let mut options = test_options(vec![], tables.clone());
-    // Split even this small file into one range per partition (4), as
-    // DataFusion splits files over 10 MiB.
     options.settings = vec![(
         "datafusion.optimizer.repartition_file_min_size".into(),
         "0".into(),
     )];
     let server = coordinator_with(options).await;
+    (server, oracle_context(&tables).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_point_lookup_runs_only_the_task_that_may_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, ctx) = sorted_in_four_ranges(dir.path()).await;
     let mut client = client(&server).await;
-    let ctx = oracle_context(&tables).await;
 
     for (sql, tasks) in [
         ("SELECT k, v, name FROM sorted WHERE k = 12345", 1),

@@ -5,26 +5,15 @@
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use squadron_server::answers::same_rows;
-use squadron_server::catalog::TableSpec;
 
-use crate::pruned_ranges::write_sorted_file;
-use crate::support::{client, coordinator_with, oracle, oracle_context, query, test_options};
+use crate::pruned_ranges::sorted_in_four_ranges;
+use crate::support::{client, coordinator_with, oracle, query, test_options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_by_other_keys_reuse_a_plan_and_answer_as_datafusion() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sorted.parquet");
-    write_sorted_file(&file).await;
-    let tables: Vec<TableSpec> = vec![format!("sorted={}", file.display()).parse().unwrap()];
-    let mut options = test_options(vec![], tables.clone());
-    // One range per partition (4), so that pruning per key shows.
-    options.settings = vec![(
-        "datafusion.optimizer.repartition_file_min_size".into(),
-        "0".into(),
-    )];
-    let server = coordinator_with(options).await;
+    let (server, ctx) = sorted_in_four_ranges(dir.path()).await;
     let mut client = client(&server).await;
-    let ctx = oracle_context(&tables).await;
     let templates = || server.coordinator.shared_session().templates().reused();
 
     let keys = [12345, 1, 40000, 0, 40001, 2000, 2001, 39999, 777, 31415];

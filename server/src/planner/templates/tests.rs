@@ -8,7 +8,7 @@ use datafusion::physical_plan::{collect, displayable, ExecutionPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::*;
-use crate::planner::test_tables::{sorted_lines, sorted_table};
+use crate::planner::test_tables::{physical_plan, sorted_lines, sorted_table};
 use crate::planner::{prune_scan_ranges, without_scan_range_pruning};
 
 /// A planning context (Squadron's rules) over `t` (`k` 1..=8000 sorted,
@@ -29,9 +29,14 @@ async fn context(dir: &std::path::Path) -> SessionContext {
             file.display()
         ),
     ] {
-        ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        run(&ctx, &sql).await;
     }
     ctx
+}
+
+/// Runs a statement that changes the context.
+async fn run(ctx: &SessionContext, sql: &str) {
+    ctx.sql(sql).await.unwrap().collect().await.unwrap();
 }
 
 /// The template `sql` makes, if it qualifies.
@@ -77,13 +82,7 @@ async fn assert_reused_as_planned(ctx: &SessionContext, first: &str, next: &[Str
         let Instance::Plan(reused) = instantiate(ctx, &template, sql).await else {
             panic!("{sql}: not re-used");
         };
-        let fresh = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let fresh = physical_plan(ctx, sql).await;
         assert_eq!(shown(&reused), shown(&fresh), "{sql}");
         let task = ctx.task_ctx();
         let answer = sorted_lines(&collect(reused, Arc::clone(&task)).await.unwrap());
@@ -189,17 +188,12 @@ async fn a_template_goes_stale_when_its_table_or_files_change() {
             table_dir.join(name).display()
         )
     };
-    ctx.sql(&write("a.parquet", 1))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    run(&ctx, &write("a.parquet", 1)).await;
     let create = format!(
         "CREATE EXTERNAL TABLE w STORED AS PARQUET LOCATION '{}/'",
         table_dir.display()
     );
-    ctx.sql(&create).await.unwrap().collect().await.unwrap();
+    run(&ctx, &create).await;
     let template = capture(&ctx, "SELECT k FROM w WHERE k > 3").await.unwrap();
     let next = "SELECT k FROM w WHERE k > 5";
     assert!(matches!(
@@ -209,12 +203,7 @@ async fn a_template_goes_stale_when_its_table_or_files_change() {
     // A file more in the table's directory, its listing forgotten (as
     // Squadron's writes do: DataFusion caches listings until then, and
     // a template sees the files planning would).
-    ctx.sql(&write("b.parquet", 100))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    run(&ctx, &write("b.parquet", 100)).await;
     assert!(matches!(
         instantiate(&ctx, &template, next).await,
         Instance::Plan(_)
@@ -234,7 +223,7 @@ async fn a_template_goes_stale_when_its_table_or_files_change() {
     // The table defined again over the same files.
     let fresh = capture(&ctx, "SELECT k FROM w WHERE k > 3").await.unwrap();
     ctx.deregister_table("w").unwrap();
-    ctx.sql(&create).await.unwrap().collect().await.unwrap();
+    run(&ctx, &create).await;
     assert!(matches!(
         instantiate(&ctx, &fresh, next).await,
         Instance::Stale
