@@ -233,13 +233,8 @@ fn literals_map_to(
         let mut mapped = true;
         predicate.apply(|expr| {
             if let Some(literal) = expr.downcast_ref::<Literal>() {
-                let matches: Vec<usize> = values
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| {
-                        exact_cast(v, literal.value()).as_ref() == Some(literal.value())
-                    })
-                    .map(|(i, _)| i)
+                let matches: Vec<usize> = (0..values.len())
+                    .filter(|i| stands_for(&values[*i], literal))
                     .collect();
                 match matches[..] {
                     [i] if !has_metadata(literal) => found[i] = true,
@@ -258,6 +253,11 @@ fn literals_map_to(
         }
     }
     Ok(true)
+}
+
+/// Whether `literal` is `value` converted exactly to the literal's type.
+fn stands_for(value: &ScalarValue, literal: &Literal) -> bool {
+    exact_cast(value, literal.value()).as_ref() == Some(literal.value())
 }
 
 /// `value` converted to the type of `like`, if the conversion is exact
@@ -389,7 +389,7 @@ impl Swap<'_> {
             let new = self
                 .from
                 .iter()
-                .position(|v| exact_cast(v, literal.value()).as_ref() == Some(literal.value()))
+                .position(|v| stands_for(v, literal))
                 .and_then(|i| exact_cast(&self.to[i], literal.value()));
             match new {
                 Some(value) => Ok(Transformed::yes(Arc::new(Literal::new(value)) as _)),
