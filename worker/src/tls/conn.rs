@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
+use super::coalesced_writes::CoalescedWrites;
 use super::identity::{roles_of, Role};
 
 /// A TLS handshake taking longer than this is dropped.
@@ -29,8 +30,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HANDSHAKES: usize = 256;
 
 pub enum Conn {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Plain(CoalescedWrites<TcpStream>),
+    Tls(Box<TlsStream<CoalescedWrites<TcpStream>>>),
 }
 
 /// What a handler can know of the connection a request came on.
@@ -47,13 +48,13 @@ impl Connected for Conn {
     fn connect_info(&self) -> ConnInfo {
         match self {
             Conn::Plain(tcp) => ConnInfo {
-                remote: tcp.peer_addr().ok(),
+                remote: tcp.get_ref().peer_addr().ok(),
                 peer_certs: None,
             },
             Conn::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
                 ConnInfo {
-                    remote: tcp.peer_addr().ok(),
+                    remote: tcp.get_ref().peer_addr().ok(),
                     peer_certs: session.peer_certificates().map(|certs| {
                         Arc::new(certs.iter().map(|c| c.clone().into_owned()).collect())
                     }),
@@ -141,8 +142,9 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// The connections accepted on `listener`, TLS ones when `tls` is given.
-/// The listener closes when the stream is dropped (the server stopped).
+/// The connections accepted on `listener`, TLS ones when `tls` is given,
+/// their socket writes merged (see `coalesced_writes`). The listener
+/// closes when the stream is dropped (the server stopped).
 pub fn incoming(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -167,7 +169,11 @@ pub fn incoming(
             };
             let _ = tcp.set_nodelay(true);
             let Some(acceptor) = acceptor.clone() else {
-                if tx.send(Ok(Conn::Plain(tcp))).await.is_err() {
+                if tx
+                    .send(Ok(Conn::Plain(CoalescedWrites::new(tcp))))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 continue;
@@ -178,8 +184,11 @@ pub fn incoming(
             let tx = tx.clone();
             tokio::spawn(async move {
                 let _permit = permit;
+                // Merging starts after the handshake (see coalesced_writes).
+                let tcp = CoalescedWrites::passthrough(tcp);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
+                    Ok(Ok(mut tls)) => {
+                        tls.get_mut().0.start_merging();
                         let _ = tx.send(Ok(Conn::Tls(Box::new(tls)))).await;
                     }
                     Ok(Err(e)) => tracing::debug!(%remote, "TLS handshake failed: {e}"),

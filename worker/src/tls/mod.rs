@@ -4,10 +4,12 @@
 //! - `identity`: PEM files, cluster roles in certificates
 //! - `server_config`: rustls server settings, certificates reloaded live
 //! - `conn`: accepted connections (plain or TLS) with the peer's identity
+//! - `coalesced_writes`: fewer, larger socket writes under h2
 //! - `client`: the TLS settings for dialing cluster peers
 //! - `generate`: a development CA and certificates
 
 pub mod client;
+pub mod coalesced_writes;
 pub mod conn;
 pub mod generate;
 pub mod identity;

@@ -51,6 +51,10 @@ struct Args {
     /// Round trips per latency figure.
     #[arg(long, default_value_t = 500)]
     latency_runs: usize,
+    /// Whole-table streams in the stream suite, each followed by
+    /// in-process DataFusion reading the table; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    stream_runs: usize,
     /// Seconds per concurrency figure.
     #[arg(long, default_value_t = 5.0)]
     concurrency_seconds: f64,
@@ -141,15 +145,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         customers: (150_000.0 * args.scale).max(1.0) as u64,
     };
 
+    // In-process single-node DataFusion over the same files, interleaved
+    // with Squadron in the latency and stream suites.
+    let local = datafusion::prelude::SessionContext::new();
+    for t in &tables {
+        t.register(&local).await?;
+    }
+
     if wants("latency") {
         println!(
             "\n== latency (one client, round trip: GetFlightInfo + DoGet; \
              in-process DataFusion interleaved)"
         );
-        let local = datafusion::prelude::SessionContext::new();
-        for t in &tables {
-            t.register(&local).await?;
-        }
         let mut figures = vec![];
         for query in [ShortQuery::SelectOne, point] {
             figures.push(
@@ -177,10 +184,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         results.insert("concurrency".into(), Value::Array(figures));
     }
     if wants("stream") {
-        println!("\n== streaming a whole table to the client");
+        println!("\n== streaming a whole table to the client (in-process DataFusion interleaved)");
         results.insert(
             "stream".into(),
-            micro::stream_table(&cluster, "lineitem").await?,
+            micro::stream_table(&cluster, &local, "lineitem", args.stream_runs).await?,
         );
     }
     if wants("tpch") {

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::prelude::SessionContext;
+use futures::StreamExt;
 use serde_json::{json, Value};
 
 use squadron_server::process_stats::cpu_seconds;
 
 use crate::cluster::{Cluster, RssSampler};
 use crate::flight::{self, Client};
-use crate::stats::{mib, ms, percentile};
+use crate::stats::{median, mib, ms, percentile};
 
 /// A short query; `i` varies its constant so that no two runs are alike.
 #[derive(Clone, Copy)]
@@ -116,32 +117,60 @@ pub async fn latency(
     }))
 }
 
-/// Streams a whole table to the client, sampling every process's memory.
-pub async fn stream_table(cluster: &Cluster, table: &str) -> anyhow::Result<Value> {
+/// Streams a whole table to the client `runs` times, each run followed by
+/// in-process DataFusion reading the same table, sampling every process's
+/// memory. The medians and their ratio are the figures: a whole-table
+/// read swings with the VM's speed more than anything else measured here.
+pub async fn stream_table(
+    cluster: &Cluster,
+    local: &SessionContext,
+    table: &str,
+    runs: usize,
+) -> anyhow::Result<Value> {
+    let sql = format!("SELECT * FROM {table}");
     let mut client = cluster.client().await?;
     let pids = cluster.pids();
     let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
     // The client shares the machine's cores with the cluster: on two cores
     // its decoding is a good part of what the wall time is made of.
-    let client_before = cpu_seconds(std::process::id());
+    let mut client_cpu = 0.0;
     let sampler = RssSampler::start(pids.clone());
-    let start = Instant::now();
-    let (rows, bytes) = flight::count(&mut client, &format!("SELECT * FROM {table}")).await?;
-    let elapsed = start.elapsed();
-    let client_cpu = cpu_seconds(std::process::id()) - client_before;
+    let (mut squadron, mut datafusion) = (vec![], vec![]);
+    let (mut rows, mut bytes) = (0, 0);
+    for _ in 0..runs.max(1) {
+        let client_before = cpu_seconds(std::process::id());
+        let start = Instant::now();
+        (rows, bytes) = flight::count(&mut client, &sql).await?;
+        squadron.push(start.elapsed());
+        client_cpu += cpu_seconds(std::process::id()) - client_before;
+        let start = Instant::now();
+        let local_rows = count_local(local, &sql).await?;
+        datafusion.push(start.elapsed());
+        anyhow::ensure!(
+            local_rows == rows,
+            "{table}: {rows} rows through Squadron, {local_rows} in process"
+        );
+    }
     let peaks = sampler.stop();
+    let per_run = |total: f64| total / squadron.len() as f64;
     let cpu: Vec<f64> = pids
         .iter()
         .zip(&cpu_before)
-        .map(|(p, before)| cpu_seconds(*p) - before)
+        .map(|(p, before)| per_run(cpu_seconds(*p) - before))
         .collect();
+    let client_cpu = per_run(client_cpu);
+    let runs_seconds: Vec<f64> = squadron.iter().map(Duration::as_secs_f64).collect();
+    let (elapsed, local_elapsed) = (median(squadron), median(datafusion));
+    let ratio = elapsed.as_secs_f64() / local_elapsed.as_secs_f64();
     let coordinator = peaks.first().copied().unwrap_or(0);
     let workers: Vec<f64> = peaks.iter().skip(1).map(|b| mib(*b)).collect();
     println!(
-        "SELECT * FROM {table}: {:.2} s, {rows} rows, {:.0} rows/s, {:.0} MiB of rows\n    peak RSS: coordinator {:.0} MiB, workers {:?} MiB\n    CPU seconds: coordinator {:.2}, workers {:.2?}, this client {:.2}",
+        "SELECT * FROM {table}: {:.2} s (median of {:.2?}), {rows} rows, {:.0} rows/s, {:.0} MiB of rows\n    in-process DataFusion {:.2} s, ratio {ratio:.2}\n    peak RSS: coordinator {:.0} MiB, workers {:?} MiB\n    CPU seconds per stream: coordinator {:.2}, workers {:.2?}, this client {:.2}",
         elapsed.as_secs_f64(),
+        runs_seconds,
         rows as f64 / elapsed.as_secs_f64(),
         mib(bytes),
+        local_elapsed.as_secs_f64(),
         mib(coordinator),
         workers.iter().map(|w| w.round()).collect::<Vec<_>>(),
         cpu[0],
@@ -151,6 +180,9 @@ pub async fn stream_table(cluster: &Cluster, table: &str) -> anyhow::Result<Valu
     Ok(json!({
         "table": table,
         "seconds": elapsed.as_secs_f64(),
+        "runs_seconds": runs_seconds,
+        "datafusion_seconds": local_elapsed.as_secs_f64(),
+        "ratio": ratio,
         "rows": rows,
         "rows_per_second": rows as f64 / elapsed.as_secs_f64(),
         "row_data_mib": mib(bytes),
@@ -160,6 +192,16 @@ pub async fn stream_table(cluster: &Cluster, table: &str) -> anyhow::Result<Valu
         "peak_rss_coordinator_mib": mib(coordinator),
         "peak_rss_workers_mib": workers,
     }))
+}
+
+/// Rows of `sql` run by in-process DataFusion, batches dropped as read.
+async fn count_local(local: &SessionContext, sql: &str) -> anyhow::Result<u64> {
+    let mut stream = local.sql(sql).await?.execute_stream().await?;
+    let mut rows = 0;
+    while let Some(batch) = stream.next().await {
+        rows += batch?.num_rows() as u64;
+    }
+    Ok(rows)
 }
 
 /// `clients` clients, each on its own connection, run `query` back to back
