@@ -35,9 +35,6 @@ pub const FLUSH_AT: usize = 256 * 1024;
 /// this one is well above headers and trailers, well below a 16 KiB frame).
 pub const BURST_WRITE: usize = 8 * 1024;
 
-/// An idle connection keeps no more buffer than this.
-const KEEP_WHEN_IDLE: usize = 16 * 1024;
-
 /// `inner` with its writes merged as described in the module comment.
 pub struct CoalescedWrites<T> {
     inner: T,
@@ -120,10 +117,15 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
         if this.pending() > 0 && this.pending() + size > FLUSH_AT {
             ready!(this.poll_send_buffer(cx))?;
         }
-        if this.pending() == 0 && size >= FLUSH_AT {
-            // Large enough on its own: no copy.
+        if this.pending() == 0 && !(BURST_WRITE..FLUSH_AT).contains(&size) {
+            // Large enough on its own, or too small to start a burst: no
+            // copy, and an idle connection holds no buffer.
             this.in_burst = false;
             return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        }
+        if this.buffer.capacity() == 0 {
+            // Once, not by doubling: regrowing would copy a burst again.
+            this.buffer.reserve_exact(FLUSH_AT);
         }
         for buf in bufs {
             this.buffer.extend_from_slice(buf);
@@ -145,9 +147,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
             return Poll::Ready(Ok(()));
         }
         ready!(this.poll_send_buffer(cx))?;
-        if this.buffer.capacity() > KEEP_WHEN_IDLE {
-            this.buffer = Vec::new();
-        }
+        // Given back between bursts: idle connections hold none.
+        this.buffer = Vec::new();
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 
