@@ -8,8 +8,10 @@
 //! (docs/benchmarks.md). h2 cannot take a second frame before the first
 //! is written (hyperium/h2#902), so the merging is done here, under it.
 //!
-//! Writes are copied into a buffer. A flush that follows a full-size
-//! frame returns at once while the buffer is under [`FLUSH_AT`]: h2 is in
+//! Writes of a frame's size are copied into a buffer (smaller ones, with
+//! nothing held, and larger ones go straight to the socket). A flush that
+//! follows a full-size frame returns at once while the buffer is under
+//! [`FLUSH_AT`]: h2 is in
 //! the middle of a burst, and always flushes again once it has no frame
 //! left to send, which this layer then carries out. Any other flush
 //! (after headers, trailers, small messages, or a second flush with
