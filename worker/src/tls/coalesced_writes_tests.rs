@@ -59,6 +59,13 @@ async fn frame(out: &mut CoalescedWrites<Socket>, payload: &[u8]) {
     out.flush().await.unwrap();
 }
 
+/// Frames one after the other, each flushed, as h2 sends a message.
+async fn burst(out: &mut CoalescedWrites<Socket>, payloads: &[Vec<u8>]) {
+    for payload in payloads {
+        frame(out, payload).await;
+    }
+}
+
 fn expected(frames: &[Vec<u8>]) -> Vec<u8> {
     frames
         .iter()
@@ -76,9 +83,7 @@ fn frames(count: usize, size: usize) -> Vec<Vec<u8>> {
 async fn a_burst_of_frames_goes_out_in_few_large_writes() {
     let payloads = frames(64, 16 * 1024);
     let mut out = CoalescedWrites::new(Socket::default());
-    for payload in &payloads {
-        frame(&mut out, payload).await;
-    }
+    burst(&mut out, &payloads).await;
     // h2's flush once no frame is left.
     out.flush().await.unwrap();
     let socket = out.get_ref();
@@ -92,9 +97,7 @@ async fn a_burst_of_frames_goes_out_in_few_large_writes() {
 async fn a_burst_is_all_written_when_h2_flushes_at_its_end() {
     let payloads = frames(3, 16 * 1024);
     let mut out = CoalescedWrites::new(Socket::default());
-    for payload in &payloads {
-        frame(&mut out, payload).await;
-    }
+    burst(&mut out, &payloads).await;
     assert!(out.get_ref().bytes.is_empty(), "held back within the burst");
     out.flush().await.unwrap();
     assert_eq!(out.get_ref().bytes, expected(&payloads));
@@ -127,9 +130,7 @@ async fn partial_and_stalled_socket_writes_lose_and_reorder_nothing() {
         ..Socket::default()
     };
     let mut out = CoalescedWrites::new(socket);
-    for payload in &payloads {
-        frame(&mut out, payload).await;
-    }
+    burst(&mut out, &payloads).await;
     out.write_all(&[1; FLUSH_AT + 1]).await.unwrap();
     out.shutdown().await.unwrap();
     let mut wanted = expected(&payloads);
@@ -140,9 +141,7 @@ async fn partial_and_stalled_socket_writes_lose_and_reorder_nothing() {
 #[tokio::test]
 async fn an_idle_connection_gives_its_buffer_back() {
     let mut out = CoalescedWrites::new(Socket::default());
-    for payload in &frames(8, 16 * 1024) {
-        frame(&mut out, payload).await;
-    }
+    burst(&mut out, &frames(8, 16 * 1024)).await;
     out.flush().await.unwrap();
     assert_eq!(out.buffer.capacity(), 0);
     assert!(out.get_ref().flushes >= 1);
