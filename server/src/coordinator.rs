@@ -14,18 +14,22 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::Statement;
+use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
 use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::plan::ready_to_execute;
+use squadron_worker::write::{TableWriteExec, WriteTarget};
 use tokio::sync::mpsc::{Sender, WeakSender};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use crate::catalog::persisted::PersistedCatalog;
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::planner::cached_footers::CachedFooters;
 use crate::planner::local::{
@@ -43,6 +47,7 @@ use crate::scheduler::{
 };
 use crate::session::Session;
 use crate::updates::{is_update, run_update};
+use crate::warehouse::WarehouseCatalog;
 
 /// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
 pub fn parameter_names(plan: &LogicalPlan) -> Result<Vec<String>, Status> {
@@ -226,7 +231,7 @@ pub struct Coordinator {
     admission: Admission,
     query_timeout: Option<Duration>,
     history: Arc<Mutex<VecDeque<JobRecord>>>,
-    catalog: Option<Arc<PersistedCatalog>>,
+    catalog: Option<Arc<WarehouseCatalog>>,
     /// Distributed jobs running now, by job id, to cancel them and report
     /// their progress.
     running: Arc<DashMap<String, RunningJob>>,
@@ -326,14 +331,14 @@ impl Coordinator {
         }
     }
 
-    /// Keeps created tables and views in `catalog` (`--data-dir`).
-    pub fn with_catalog(mut self, catalog: Arc<PersistedCatalog>) -> Self {
+    /// Keeps created tables and views in `catalog` (`--warehouse`).
+    pub fn with_catalog(mut self, catalog: Arc<WarehouseCatalog>) -> Self {
         self.catalog = Some(catalog);
         self
     }
 
-    /// The persisted catalog, when the server has a data directory.
-    pub fn catalog(&self) -> Option<&Arc<PersistedCatalog>> {
+    /// The catalog of created tables, when the server has a warehouse.
+    pub fn catalog(&self) -> Option<&Arc<WarehouseCatalog>> {
         self.catalog.as_ref()
     }
 
@@ -492,6 +497,50 @@ impl Coordinator {
     ) -> Result<PlannedQuery, Status> {
         self.plan_logical_for(session, logical, Reader::Writer)
             .await
+    }
+
+    /// The physical plan of the rows a statement writes into a created
+    /// table (CREATE TABLE AS, INSERT, UPDATE's rewrite); `plan_write`
+    /// runs it.
+    pub async fn plan_rows_to_write(
+        &self,
+        session: &Arc<Session>,
+        logical: &LogicalPlan,
+    ) -> Result<Arc<dyn ExecutionPlan>, Status> {
+        let parameters = parameter_names(logical)?;
+        if !parameters.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "the statement has parameters ({}): prepare it and bind values",
+                parameters.join(", ")
+            )));
+        }
+        session
+            .ctx()
+            .state()
+            .create_physical_plan(logical)
+            .await
+            .map_err(|e| to_status(&e))
+    }
+
+    /// Plans writing `rows` into a created table: the tasks that compute
+    /// them write part files (`TableWriteExec`) and answer only what they
+    /// wrote. Those answers are gathered and sorted before any leaves the
+    /// job, so none reaches the coordinator until every write finished: a
+    /// worker lost half-way lets the job run again whole (new attempt, new
+    /// files) rather than fail for answers already sent.
+    pub fn plan_write(
+        &self,
+        session: &Arc<Session>,
+        rows: Arc<dyn ExecutionPlan>,
+        target: WriteTarget,
+    ) -> Result<PlannedQuery, Status> {
+        let write: Arc<dyn ExecutionPlan> = Arc::new(TableWriteExec::new(rows, target));
+        let path = col("path", &write.schema()).map_err(|e| to_status(&e))?;
+        let ordering = LexOrdering::new([PhysicalSortExpr::new_default(path)])
+            .ok_or_else(|| Status::internal("an empty ordering of a write's answers"))?;
+        let gathered = Arc::new(CoalescePartitionsExec::new(write));
+        let plan = Arc::new(SortExec::new(ordering, gathered));
+        self.planned(session, plan, session.changed_settings())
     }
 
     async fn plan_logical_for(

@@ -7,8 +7,9 @@
 //! - `scheduler/`: admission, task placement, dispatch (RunTask), retries
 //! - `output/`: the job output merging the final stage's streams
 //! - `cluster/`: where the workers are (`WorkerResolver`) and which answer
-//! - `catalog/`: tables from the command line, TPC-H sample data, the
-//!   persisted catalog of created tables and views
+//! - `catalog/`: tables from the command line, TPC-H sample data, created
+//!   tables (`ManagedTable`) and the catalog's entries
+//! - `warehouse/`: where created tables and the catalog live; commits
 //! - `updates/`: DDL, DML and bulk ingest
 //! - `session`: a client's catalog, schema and changed settings
 
@@ -28,6 +29,7 @@ pub mod security;
 mod server;
 pub mod session;
 pub mod updates;
+pub mod warehouse;
 
 pub use coordinator::{Coordinator, JobLimits};
 pub use server::{

@@ -9,6 +9,7 @@ use squadron_server::catalog::{tpch, TableSpec};
 use squadron_server::cluster::Discovery;
 use squadron_server::health_check::HealthCheckArgs;
 use squadron_server::security::SecurityArgs;
+use squadron_server::warehouse::janitor::JanitorOptions;
 use squadron_server::{start, JobLimits, ServerOptions};
 use squadron_worker::logging::LogArgs;
 use squadron_worker::object_stores::StoreOptions;
@@ -89,10 +90,32 @@ struct Args {
     #[arg(long, default_value_t = 0.1)]
     demo_scale: f64,
 
-    /// Where --demo keeps its data, and where tables created through Flight
-    /// SQL (CREATE TABLE, ingest) and the catalog of them are kept.
+    /// Where --demo keeps its data, and the default --warehouse.
     #[arg(long, default_value = "squadron-data")]
     data_dir: PathBuf,
+
+    /// Where tables created through Flight SQL (CREATE TABLE, INSERT,
+    /// ingest) and the catalog of them are kept: a directory every worker
+    /// reaches (a shared volume) or an object store URL (`s3://bucket/path`,
+    /// `gs://…`, `az://…`, configured like tables with --store). Default:
+    /// --data-dir. Give workers the same with their --warehouse.
+    #[arg(long, value_name = "DIR|URL")]
+    warehouse: Option<String>,
+
+    /// Seconds a file a commit replaced or dropped stays readable for
+    /// queries planned before it, before it is deleted.
+    #[arg(long, default_value_t = 600.0)]
+    file_retention: f64,
+
+    /// Seconds between sweeps of warehouse files no catalog version names
+    /// (left by statements that failed or were killed); 0: only at start.
+    #[arg(long, default_value_t = 600.0)]
+    sweep_interval: f64,
+
+    /// Seconds a file no catalog version names is left alone by the sweep:
+    /// another coordinator of the same warehouse may still be writing it.
+    #[arg(long, default_value_t = 3600.0)]
+    sweep_grace: f64,
 
     /// Partitions (tasks) per stage; default one per core of this machine
     /// with embedded workers, twice the number of workers with --workers.
@@ -260,6 +283,11 @@ fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
         .ok_or_else(|| anyhow::anyhow!("{flag} must be a positive number of seconds"))
 }
 
+fn non_negative(value: f64, flag: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| anyhow::anyhow!("{flag} must be a number of seconds, 0 or more"))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Args = squadron_worker::config::parse("SQUADRON_")?;
@@ -316,7 +344,13 @@ async fn main() -> anyhow::Result<()> {
         },
         worker_memory_limit: args.worker_memory_limit,
         health_interval: seconds(args.health_interval, "--health-interval")?,
+        warehouse: args.warehouse,
         data_dir: Some(args.data_dir),
+        janitor: JanitorOptions {
+            retention: non_negative(args.file_retention, "--file-retention")?,
+            sweep_interval: non_negative(args.sweep_interval, "--sweep-interval")?,
+            sweep_grace: non_negative(args.sweep_grace, "--sweep-grace")?,
+        },
         tls: security.tls,
         cluster_tls: security.cluster_tls,
         auth: security.auth,

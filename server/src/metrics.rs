@@ -18,6 +18,8 @@ pub const WORKERS_HEALTHY: &str = "squadron_workers_healthy";
 pub const CLIENT_BYTES: &str = "squadron_client_sent_bytes_total";
 pub const CLIENT_BATCHES: &str = "squadron_client_sent_batches_total";
 pub const AUTH_FAILURES: &str = "squadron_auth_failures_total";
+pub const CATALOG_COMMITS: &str = "squadron_catalog_commits_total";
+pub const SWEPT_FILES: &str = "squadron_swept_files_total";
 
 /// `outcome` of a query: it sent its whole answer, failed, or its client
 /// went away (or cancelled it) first.
@@ -25,6 +27,10 @@ pub const QUERY_OUTCOMES: &[&str] = &["ok", "error", "cancelled"];
 /// `kind` of an authentication failure: a wrong password at login, or a
 /// missing, malformed, expired or wrongly signed token on a call.
 pub const AUTH_FAILURE_KINDS: &[&str] = &["login", "token"];
+/// `outcome` of a catalog commit: written, lost a race to another
+/// coordinator's (and applied again), or failed (the store refused).
+pub const COMMIT_OUTCOMES: &[&str] = &["committed", "conflict", "failed"];
+
 /// `outcome` of a task, as its coordinator saw it.
 pub const TASK_OUTCOMES: &[&str] = &["succeeded", "failed", "lost"];
 
@@ -68,6 +74,17 @@ pub fn describe() {
         AUTH_FAILURES,
         "Failed logins and calls refused for want of a valid token, by kind"
     );
+    describe_counter!(
+        CATALOG_COMMITS,
+        "Catalog versions this coordinator tried to commit, by outcome"
+    );
+    describe_counter!(
+        SWEPT_FILES,
+        "Warehouse files no catalog version named, removed by the sweep"
+    );
+    for outcome in COMMIT_OUTCOMES {
+        counter!(CATALOG_COMMITS, "outcome" => *outcome).increment(0);
+    }
     for outcome in QUERY_OUTCOMES {
         counter!(QUERIES, "outcome" => *outcome).increment(0);
     }
@@ -83,6 +100,7 @@ pub fn describe() {
         CLIENT_BYTES,
         CLIENT_BATCHES,
         PLANS_REUSED,
+        SWEPT_FILES,
     ] {
         counter!(name).increment(0);
     }

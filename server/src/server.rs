@@ -31,7 +31,6 @@ use tonic_health::ServingStatus;
 use tower::util::MapResponseLayer;
 
 use crate::catalog::delta::DeltaTableFactory;
-use crate::catalog::persisted::PersistedCatalog;
 use crate::catalog::TableSpec;
 use crate::cluster::{
     normalize_url, DiscoveredWorkers, Discovery, StaticResolver, WorkerHealth, WorkerResolver,
@@ -49,6 +48,8 @@ use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
 use crate::security::ClientTlsFiles;
+use crate::warehouse::janitor::{self, Janitor, JanitorOptions};
+use crate::warehouse::{Warehouse, WarehouseCatalog};
 use crate::Coordinator;
 
 /// Largest message a client may send (a parameter or ingest batch):
@@ -91,9 +92,15 @@ pub struct ServerOptions {
     pub worker_memory_limit: Option<usize>,
     /// How often workers are health-probed.
     pub health_interval: Duration,
-    /// Where created tables and the persisted catalog live; without it,
-    /// DDL that creates tables is refused.
+    /// Where created tables and their catalog live (`--warehouse`: a
+    /// directory or an object store URL); `data_dir` when not given.
+    pub warehouse: Option<String>,
+    /// The local data directory (`--data-dir`): the default warehouse, and
+    /// where the catalog of earlier versions (`catalog.json`) is read from
+    /// once. Without it or a warehouse, DDL that creates tables is refused.
     pub data_dir: Option<PathBuf>,
+    /// When released and unnamed warehouse files are deleted.
+    pub janitor: JanitorOptions,
     /// Client-facing TLS; plaintext when `None`.
     pub tls: Option<ClientTlsFiles>,
     /// Mutual TLS with the workers (embedded workers use the same
@@ -129,7 +136,9 @@ impl Default for ServerOptions {
             limits: JobLimits::default(),
             worker_memory_limit: None,
             health_interval: Duration::from_secs(2),
+            warehouse: None,
             data_dir: None,
+            janitor: JanitorOptions::default(),
             tls: None,
             cluster_tls: None,
             auth: None,
@@ -150,6 +159,8 @@ pub struct RunningServer {
     shutdown: Option<oneshot::Sender<()>>,
     handle: JoinHandle<Result<(), tonic::transport::Error>>,
     _prober: AbortOnDropHandle<()>,
+    /// Deletes released and unnamed warehouse files.
+    _janitor: Option<AbortOnDropHandle<()>>,
     /// The client-facing certificate, kept alive for its reload watcher.
     _cert: Option<Arc<ReloadingCert>>,
 }
@@ -318,6 +329,9 @@ async fn follow_workers(
 /// are given) and returns once it accepts connections.
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let mut local_workers = vec![];
+    let warehouse_url = warehouse_location(&options)
+        .map(|location| squadron_worker::write::location_url(&location))
+        .transpose()?;
     let discovered = match &options.discovery {
         Some(discovery) => Some(Arc::new(
             DiscoveredWorkers::start(discovery.clone(), options.discovery_interval).await?,
@@ -337,7 +351,8 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
                 memory_limit: options.worker_memory_limit,
                 failpoint: None,
                 cluster_tls: options.cluster_tls.clone(),
-                data_roots: Default::default(),
+                data_roots: DataRoots::default()
+                    .with_warehouse(warehouse_url.as_ref().map(|u| u.as_str())),
                 stores: options.stores.clone(),
             };
             let (url, worker) =
@@ -363,6 +378,10 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())))
         .build_arc()?;
+    let warehouse = match warehouse_location(&options) {
+        Some(location) => Some(Warehouse::open(&location, &runtime)?),
+        None => None,
+    };
     let ctx = planning_context(config, runtime);
     for table in &options.tables {
         table
@@ -391,10 +410,29 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         .with_table_roots(options.table_roots.clone())
         .with_scan_limit(options.coordinator_scan_limit)
         .with_plan_reuse(options.reuse_plans);
-    if let Some(dir) = &options.data_dir {
-        coordinator = coordinator.with_catalog(Arc::new(PersistedCatalog::open(dir)?));
+    let mut janitor = None;
+    if let Some(warehouse) = &warehouse {
+        let ctx = coordinator.session().clone();
+        let runtime = ctx.runtime_env();
+        // The catalog of earlier versions lived in the data directory.
+        let legacy = options
+            .data_dir
+            .as_deref()
+            .filter(|_| warehouse.local_dir().is_some());
+        let catalog = WarehouseCatalog::open(
+            Arc::clone(warehouse),
+            legacy,
+            Janitor::new(runtime, options.janitor),
+            &ctx,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("the catalog in {}: {e}", warehouse.url()))?;
+        janitor = Some(AbortOnDropHandle::new(janitor::spawn(
+            Arc::clone(&catalog),
+            ctx,
+        )));
+        coordinator = coordinator.with_catalog(catalog);
     }
-    crate::updates::restore(&coordinator).await?;
     let coordinator = Arc::new(coordinator);
     crate::catalog::system::register(
         coordinator.session(),
@@ -459,6 +497,17 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         shutdown: Some(tx),
         handle,
         _prober: prober,
+        _janitor: janitor,
         _cert: cert,
+    })
+}
+
+/// The warehouse: `--warehouse`, else the data directory.
+fn warehouse_location(options: &ServerOptions) -> Option<String> {
+    options.warehouse.clone().or_else(|| {
+        options
+            .data_dir
+            .as_ref()
+            .map(|dir| dir.to_string_lossy().to_string())
     })
 }

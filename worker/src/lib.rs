@@ -8,6 +8,7 @@
 //! - `plan/`: `StageReadExec` and the datafusion-proto extension codec
 //! - `client`: cached channels to peers
 //! - `object_stores`: remote tables' stores, built from the environment
+//! - `write/`: part files of created tables, written by the tasks
 
 pub mod client;
 pub mod config;
@@ -25,5 +26,6 @@ pub mod stream;
 pub mod task;
 pub mod tls;
 pub mod version;
+pub mod write;
 
 pub use server::{spawn_worker, Worker, WorkerOptions};

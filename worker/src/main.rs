@@ -63,6 +63,12 @@ struct Args {
     #[arg(long = "data-root", value_name = "DIR|URL")]
     data_roots: Vec<PathBuf>,
 
+    /// Where created tables live: the coordinator's --warehouse (a shared
+    /// directory or an object store URL). With --data-root, task plans may
+    /// also read and write there.
+    #[arg(long, value_name = "DIR|URL")]
+    warehouse: Option<String>,
+
     /// Options of remote stores, `SCHEME://[BUCKET]?KEY=VALUE&…` (e.g.
     /// `s3://data?endpoint=http://minio:9000&allow_http=true`); repeatable.
     /// Give the coordinator the same. Credentials come from the
@@ -112,7 +118,14 @@ async fn main() -> anyhow::Result<()> {
         memory_limit: args.memory_limit,
         failpoint,
         cluster_tls,
-        data_roots: DataRoots::new(&args.data_roots)?,
+        data_roots: DataRoots::new(&args.data_roots)?.with_warehouse(
+            args.warehouse
+                .as_deref()
+                .map(squadron_worker::write::location_url)
+                .transpose()?
+                .as_ref()
+                .map(|u| u.as_str()),
+        ),
         stores: StoreOptions::parse_all(&args.stores)?,
     })?;
     let listener = TcpListener::bind(args.listen).await?;

@@ -1,7 +1,7 @@
 //! The tables the coordinator serves.
 
 pub mod delta;
-pub mod parquet_layout;
+pub mod managed_table;
 pub mod persisted;
 pub mod system;
 pub mod tables;

@@ -1,17 +1,13 @@
-//! Tables and views created through Flight SQL (DDL, DML, bulk ingest),
-//! kept across restarts.
-//!
-//! Created tables are directories of Parquet files under
-//! `<data-dir>/tables/`, which workers read like any other table. The list
-//! of created tables, external tables and views is `<data-dir>/catalog.json`,
-//! rewritten atomically (a temporary file renamed over it) after every
-//! change, and registered again when the server starts.
+//! The entries of the catalog kept in the warehouse (`crate::warehouse`):
+//! created tables with the files their last commit named, external
+//! tables and views by the statements that defined them, and catalogs and
+//! schemas. Each catalog version is all of them, as JSON.
 
 use crate::session::Session;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::Arc;
 
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{Constraint, Constraints, DFSchema, Result as DFResult};
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
@@ -19,26 +15,13 @@ use datafusion::sql::unparser::expr_to_sql;
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
-use super::tables::TableSpec;
-
-/// One persisted catalog entry.
+/// One catalog entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Entry {
     /// A table whose files Squadron wrote and owns (`CREATE TABLE`,
     /// ingest): dropping it deletes them.
-    Managed {
-        name: String,
-        location: PathBuf,
-        /// The keys its `CREATE TABLE` declared (see
-        /// `TableSpec::register_created`).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        keys: Vec<Key>,
-        /// The column defaults it declared (`DEFAULT expr`), which an
-        /// INSERT naming fewer columns fills in.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        defaults: Vec<ColumnDefault>,
-    },
+    Managed(Managed),
     /// An external table or a view: the statement that defined it
     /// (`CREATE EXTERNAL TABLE …`, `CREATE VIEW …`), run again at start-up
     /// so every option it gave is kept.
@@ -49,6 +32,87 @@ pub enum Entry {
         #[serde(default)]
         schema: Option<(String, String)>,
     },
+}
+
+/// A created table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Managed {
+    pub name: String,
+    /// Its identity, new on every CREATE [OR REPLACE]: a write planned
+    /// against one identity never commits into another.
+    #[serde(default)]
+    pub id: String,
+    /// Its directory: relative to the warehouse (`tables/t-…/`), or, for
+    /// tables of catalogs before the warehouse, an absolute path.
+    pub location: String,
+    /// `parquet` or `arrow`.
+    #[serde(default)]
+    pub format: String,
+    /// Its columns: datafusion-proto `Schema` bytes, base64.
+    #[serde(default)]
+    pub schema: String,
+    /// The part files its rows are in, named relative to `location`.
+    #[serde(default)]
+    pub files: Vec<DataFile>,
+    /// The keys its `CREATE TABLE` declared: DataFusion plans with them
+    /// (functional dependencies let `GROUP BY key` select other columns;
+    /// a correlated subquery on a key returns at most one row); like
+    /// DataFusion's own tables, nothing enforces them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<Key>,
+    /// The column defaults it declared (`DEFAULT expr`), which an
+    /// INSERT naming fewer columns fills in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defaults: Vec<ColumnDefault>,
+}
+
+/// One part file of a created table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DataFile {
+    /// Relative to the table's directory.
+    pub name: String,
+    pub bytes: u64,
+    pub rows: u64,
+}
+
+impl Managed {
+    /// What it declared besides its columns.
+    pub fn declared(&self) -> Declared {
+        Declared {
+            keys: self.keys.clone(),
+            defaults: self.defaults.clone(),
+        }
+    }
+
+    /// Its columns.
+    pub fn schema(&self) -> Result<SchemaRef, Status> {
+        decode_schema(&self.schema)
+            .map_err(|e| Status::internal(format!("the catalog's columns of {}: {e}", self.name)))
+    }
+
+    /// The rows of its files.
+    pub fn rows(&self) -> u64 {
+        self.files.iter().map(|f| f.rows).sum()
+    }
+}
+
+/// A schema as the catalog keeps it.
+pub fn encode_schema(schema: &SchemaRef) -> Result<String, Status> {
+    use base64::Engine;
+    use prost::Message;
+    let proto = datafusion_proto::protobuf::Schema::try_from(schema.as_ref())
+        .map_err(|e| Status::internal(format!("encoding a table's columns: {e}")))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(proto.encode_to_vec()))
+}
+
+fn decode_schema(text: &str) -> anyhow::Result<SchemaRef> {
+    use base64::Engine;
+    use prost::Message;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(text)?;
+    let proto = datafusion_proto::protobuf::Schema::decode(bytes.as_slice())?;
+    Ok(Arc::new(datafusion::arrow::datatypes::Schema::try_from(
+        &proto,
+    )?))
 }
 
 /// A primary key or unique constraint, by column positions.
@@ -137,166 +201,30 @@ pub fn constraints_of(keys: &[Key]) -> Constraints {
 impl Entry {
     pub fn name(&self) -> &str {
         match self {
-            Entry::Managed { name, .. } | Entry::Defined { name, .. } => name,
+            Entry::Managed(table) => &table.name,
+            Entry::Defined { name, .. } => name,
         }
     }
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct CatalogFile {
-    entries: Vec<Entry>,
-}
-
-/// The persisted part of the catalog.
-pub struct PersistedCatalog {
-    dir: PathBuf,
-    entries: Mutex<Vec<Entry>>,
-}
-
-impl PersistedCatalog {
-    /// Opens (or starts) the catalog kept in `data_dir`.
-    pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(data_dir.join("tables"))?;
-        // Temporary tables live until the server stops.
-        let temporary = data_dir.join("temporary");
-        if temporary.exists() {
-            std::fs::remove_dir_all(&temporary)?;
-        }
-        let file = data_dir.join("catalog.json");
-        let entries = match std::fs::read(&file) {
-            Ok(bytes) => {
-                serde_json::from_slice::<CatalogFile>(&bytes)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
-                    .entries
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
-            Err(e) => return Err(anyhow::anyhow!("{}: {e}", file.display())),
-        };
-        Ok(Self {
-            dir: std::path::absolute(data_dir)?,
-            entries: Mutex::new(entries),
-        })
+/// Registers an external table or view in `ctx` by running the statement
+/// that defined it, in the catalog and schema it was defined in.
+pub async fn register_defined(
+    ctx: &SessionContext,
+    sql: &str,
+    schema: &Option<(String, String)>,
+) -> Result<(), Status> {
+    let session = Session::derived_from(ctx);
+    if let Some((catalog, schema)) = schema {
+        session.set("datafusion.catalog.default_catalog", catalog)?;
+        session.set("datafusion.catalog.default_schema", schema)?;
     }
-
-    /// Where a new managed table's files go: a fresh directory, so a
-    /// replaced or re-created table never mixes with old files.
-    /// Temporary tables go under `temporary/`, emptied at start-up.
-    pub fn new_table_dir(&self, name: &str, temporary: bool) -> PathBuf {
-        let name: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        self.dir
-            .join(if temporary { "temporary" } else { "tables" })
-            .join(format!("{name}-{}", uuid::Uuid::new_v4().simple()))
-    }
-
-    /// Registers every persisted entry in `ctx` (at start-up).
-    pub async fn register_all(&self, ctx: &SessionContext) -> anyhow::Result<()> {
-        let entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        // In order, but an entry read before one it needs (a view kept
-        // before the table it reads, which moved to the end when it was
-        // replaced or rewritten) is tried again once the others are in.
-        let mut pending = entries;
-        loop {
-            let tried = pending.len();
-            let mut failed = vec![];
-            for entry in pending {
-                if let Err(e) = register(ctx, &entry).await {
-                    failed.push((entry, e));
-                }
-            }
-            match failed.first() {
-                None => return Ok(()),
-                Some((entry, e)) if failed.len() == tried => {
-                    anyhow::bail!("catalog entry {}: {}", entry.name(), e.message())
-                }
-                Some(_) => pending = failed.into_iter().map(|(entry, _)| entry).collect(),
-            }
-        }
-    }
-
-    pub fn get(&self, name: &str) -> Option<Entry> {
-        self.lock().iter().find(|e| e.name() == name).cloned()
-    }
-
-    /// Adds or replaces the entry of that name, and saves.
-    pub fn put(&self, entry: Entry) -> Result<(), Status> {
-        let mut entries = self.lock();
-        entries.retain(|e| e.name() != entry.name());
-        entries.push(entry);
-        self.save(&entries)
-    }
-
-    /// Removes the entry of that name (if any), and saves.
-    pub fn remove(&self, name: &str) -> Result<Option<Entry>, Status> {
-        let mut entries = self.lock();
-        let found = entries.iter().position(|e| e.name() == name);
-        let removed = found.map(|i| entries.remove(i));
-        self.save(&entries)?;
-        Ok(removed)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn save(&self, entries: &[Entry]) -> Result<(), Status> {
-        let file = CatalogFile {
-            entries: entries.to_vec(),
-        };
-        let json = serde_json::to_vec_pretty(&file)
-            .map_err(|e| Status::internal(format!("encoding the catalog: {e}")))?;
-        let tmp = self.dir.join("catalog.json.tmp");
-        std::fs::write(&tmp, json)
-            .and_then(|_| std::fs::rename(&tmp, self.dir.join("catalog.json")))
-            .map_err(|e| Status::internal(format!("saving the catalog: {e}")))
-    }
-}
-
-/// Registers one entry in `ctx`.
-pub async fn register(ctx: &SessionContext, entry: &Entry) -> Result<(), Status> {
-    let internal = |e: datafusion::error::DataFusionError| Status::internal(e.to_string());
-    match entry {
-        Entry::Managed {
-            name,
-            location,
-            keys,
-            defaults,
-        } => {
-            let declared = Declared {
-                keys: keys.clone(),
-                defaults: defaults.clone(),
-            };
-            TableSpec {
-                name: name.clone(),
-                location: location.to_string_lossy().to_string(),
-                format: Some(crate::updates::write::format_in(location)),
-            }
-            .register_created(ctx, &declared)
-            .await
-            .map_err(internal)
-        }
-        Entry::Defined { sql, schema, .. } => {
-            let session = Session::derived_from(ctx);
-            if let Some((catalog, schema)) = schema {
-                session.set("datafusion.catalog.default_catalog", catalog)?;
-                session.set("datafusion.catalog.default_schema", schema)?;
-            }
-            session.ctx().sql(sql).await.map_err(internal)?;
-            Ok(())
-        }
-    }
+    session
+        .ctx()
+        .sql(sql)
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -304,44 +232,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entries_survive_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let catalog = PersistedCatalog::open(dir.path()).unwrap();
-        let view = Entry::Defined {
-            name: "v".into(),
-            sql: "CREATE VIEW v AS SELECT 1".into(),
-            schema: None,
-        };
-        let table = Entry::Managed {
+    fn entries_read_back_as_written_and_old_ones_still_read() {
+        let table = Entry::Managed(Managed {
             name: "t".into(),
-            location: catalog.new_table_dir("t", false),
+            id: "1".into(),
+            location: "tables/t-1/".into(),
+            format: "parquet".into(),
+            schema: String::new(),
+            files: vec![DataFile {
+                name: "part-a-00000-0-0.parquet".into(),
+                bytes: 10,
+                rows: 2,
+            }],
             keys: vec![Key::PrimaryKey(vec![0]), Key::Unique(vec![1, 2])],
             defaults: vec![ColumnDefault {
                 column: "c".into(),
                 sql: "lower('X')".into(),
             }],
-        };
-        catalog.put(view.clone()).unwrap();
-        catalog.put(table.clone()).unwrap();
-        catalog.remove("v").unwrap();
-        let reopened = PersistedCatalog::open(dir.path()).unwrap();
-        assert_eq!(reopened.get("t"), Some(table));
-        // A catalog written before keys were kept still opens.
-        std::fs::write(
-            dir.path().join("catalog.json"),
-            r#"{"entries":[{"kind":"managed","name":"old","location":"/x"}]}"#,
-        )
-        .unwrap();
-        let old = PersistedCatalog::open(dir.path()).unwrap().get("old");
-        assert!(matches!(old, Some(Entry::Managed { keys, .. }) if keys.is_empty()));
-        assert_eq!(reopened.get("v"), None);
+        });
+        let json = serde_json::to_string(&table).unwrap();
+        assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), table);
+        // An entry of a catalog.json written before the warehouse.
+        let old: Entry =
+            serde_json::from_str(r#"{"kind":"managed","name":"old","location":"/x"}"#).unwrap();
+        assert!(matches!(old, Entry::Managed(m) if m.files.is_empty() && m.keys.is_empty()));
     }
 
     #[test]
-    fn a_corrupt_catalog_is_a_start_up_error() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("catalog.json"), "{not json").unwrap();
-        let err = PersistedCatalog::open(dir.path()).err().unwrap();
-        assert!(err.to_string().contains("catalog.json"), "{err}");
+    fn a_schema_survives_the_catalog() {
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Utf8View, false),
+            Field::new(
+                "d",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
+        ]));
+        let table = Managed {
+            name: "t".into(),
+            id: String::new(),
+            location: String::new(),
+            format: String::new(),
+            schema: encode_schema(&schema).unwrap(),
+            files: vec![],
+            keys: vec![],
+            defaults: vec![],
+        };
+        assert_eq!(table.schema().unwrap(), schema);
     }
 }

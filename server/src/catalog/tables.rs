@@ -3,13 +3,12 @@
 //! object store URL (`s3://bucket/path/`); a directory's `key=value/`
 //! subdirectories become partition columns, pruned by filters on them.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{Constraints, DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::file_format::arrow::ArrowFormat;
 use datafusion::datasource::file_format::avro::AvroFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
@@ -19,12 +18,10 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
 use super::delta::DeltaTable;
-use super::persisted::{constraints_of, Declared};
 use crate::planner::client_types::client_schema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,18 +90,6 @@ impl TableFormat {
     }
 }
 
-/// The column types a table is registered with.
-#[derive(Debug, Clone)]
-enum ColumnTypes {
-    /// Files found where clusters keep them: their string views and
-    /// dictionaries read as the plain types clients receive (views ship
-    /// badly across processes; see the coordinator's session config).
-    ForClients,
-    /// A table Squadron wrote: the types of its CREATE, as DataFusion's
-    /// own tables keep them, and the column defaults it declared.
-    AsWritten(HashMap<String, Expr>),
-}
-
 /// One `--table` argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSpec {
@@ -147,31 +132,11 @@ impl FromStr for TableSpec {
 }
 
 impl TableSpec {
-    /// Registers the table; workers read the same location.
+    /// Registers the table; workers read the same location. Its string
+    /// views and dictionaries read as the plain types clients receive
+    /// (views ship badly across processes; see the coordinator's session
+    /// config).
     pub async fn register(&self, ctx: &SessionContext) -> Result<()> {
-        self.register_as(ctx, Constraints::default(), ColumnTypes::ForClients)
-            .await
-    }
-
-    /// Registers a table `CREATE TABLE` made, with the keys it declared:
-    /// DataFusion plans with them (functional dependencies let `GROUP BY
-    /// key` select other columns; a correlated subquery on a key returns
-    /// at most one row). Like DataFusion's own tables, nothing enforces
-    /// them. Its columns keep the types it was created with (the files
-    /// embed them), as a table created in DataFusion does.
-    pub async fn register_created(&self, ctx: &SessionContext, declared: &Declared) -> Result<()> {
-        let keys = constraints_of(&declared.keys);
-        let defaults = declared.default_exprs(ctx)?;
-        self.register_as(ctx, keys, ColumnTypes::AsWritten(defaults))
-            .await
-    }
-
-    async fn register_as(
-        &self,
-        ctx: &SessionContext,
-        keys: Constraints,
-        types: ColumnTypes,
-    ) -> Result<()> {
         let url = ListingTableUrl::parse(self.absolute_location()?)?;
         let format = match self.format {
             Some(format) => format,
@@ -201,21 +166,14 @@ impl TableSpec {
                 .collect(),
         );
         let inferred = options.infer_schema(&state, &url).await?;
-        let (schema, defaults) = match types {
-            ColumnTypes::ForClients => (client_schema(inferred.as_ref()), HashMap::new()),
-            ColumnTypes::AsWritten(defaults) => (inferred.as_ref().clone(), defaults),
-        };
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
-            .with_schema(Arc::new(schema));
+            .with_schema(Arc::new(client_schema(inferred.as_ref())));
         // Per-file statistics are read from the files' footers on every
         // scan unless cached (as DataFusion's own CREATE EXTERNAL TABLE
         // does); the cache checks each file's size and modification time.
         let statistics = state.runtime_env().cache_manager.get_file_statistic_cache();
-        let table = ListingTable::try_new(config)?
-            .with_constraints(keys)
-            .with_column_defaults(defaults)
-            .with_cache(statistics);
+        let table = ListingTable::try_new(config)?.with_cache(statistics);
         ctx.register_table(self.name.as_str(), Arc::new(table))?;
         Ok(())
     }

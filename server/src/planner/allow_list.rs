@@ -45,6 +45,7 @@ const PARTITION_LOCAL: &[&str] = &[
     "SortMergeJoinExec",
     "SortPreservingMergeExec",
     "StageReadExec",
+    "TableWriteExec",
     "SymmetricHashJoinExec",
     "UnionExec",
     "UnnestExec",

@@ -1,20 +1,28 @@
 //! Bulk ingest (`CommandStatementIngest`, ADBC's `adbc_ingest`): a stream
 //! of batches written as a table, created, appended to or replaced as the
 //! table definition options say.
+//!
+//! The coordinator receives the rows, so it writes them: as part files in
+//! the table's directory while they arrive (a new file every
+//! `MAX_PART_BYTES`; never the whole upload in memory), committed when the
+//! upload ends. An upload cut short commits nothing and leaves no file.
 
 use arrow_flight::sql::CommandStatementIngest;
 use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::TableReference;
-use futures::Stream;
+use futures::{Stream, TryStreamExt};
 use squadron_worker::error::to_status;
+use squadron_worker::write::{PartitionWriter, RowFlag, StoredFormat, WriteTarget, Written};
 use tonic::Status;
 
-use super::{already_exists, catalog, create_table, exists, forget_listing, full_name, write};
+use super::table_writes::{catalog_of as catalog, PendingWrite};
+use super::{already_exists, exists, full_name, NewTable};
 use crate::catalog::persisted::{Declared, Entry};
 use crate::coordinator::Coordinator;
 use crate::session::Session;
+use crate::warehouse::changes::Change;
 
 /// What to do with the rows, given whether the table exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,43 +85,71 @@ where
     }
     let name = full_name(session, &table_name(command)?)?;
     match action(command, exists(coord, &name), &name)? {
-        Action::Create | Action::Replace => {
-            create_table(
-                coord,
-                &name,
-                command.temporary,
-                schema,
-                batches,
-                Declared::default(),
-            )
-            .await
+        action @ (Action::Create | Action::Replace) => {
+            let new = NewTable::start(coord, &name, command.temporary, schema)?;
+            let written = write_here(coord, new.target(), batches).await?;
+            let replace = action == Action::Replace;
+            new.commit(coord, &written, Declared::default(), replace)
+                .await
         }
         Action::Append => {
-            let location = match catalog(coord)?.get(&name.to_quoted_string()) {
-                Some(Entry::Managed { location, .. }) => location,
+            let table = match catalog(coord)?.get(&name.to_quoted_string()) {
+                Some(Entry::Managed(table)) => table,
                 _ => {
                     return Err(Status::failed_precondition(format!(
                         "{name} is not a table created through Squadron; ingest appends to those"
                     )))
                 }
             };
-            let table = coord
-                .session()
-                .table_provider(name.clone())
-                .await
-                .map_err(|e| to_status(&e))?;
-            if table.schema().fields().len() != schema.fields().len() {
+            let columns = table.schema()?;
+            if columns.fields().len() != schema.fields().len() {
                 return Err(Status::invalid_argument(format!(
                     "{name} has {} columns, the ingested rows {}",
-                    table.schema().fields().len(),
+                    columns.fields().len(),
                     schema.fields().len()
                 )));
             }
-            let (_, rows) = write::write_rows(&location, table.schema(), batches).await?;
-            forget_listing(coord, table.as_ref());
-            Ok(rows)
+            let format = StoredFormat::from_name(&table.format)
+                .ok_or_else(|| Status::internal(format!("{name}: unknown format")))?;
+            let catalog = catalog(coord)?;
+            let write =
+                PendingWrite::start(coord, catalog.warehouse().table_url(&table.location)?)?;
+            let written = write_here(
+                coord,
+                write.target(format, &columns, RowFlag::None),
+                batches,
+            )
+            .await?;
+            let files = write.data_files(&written)?;
+            let change = Change::Append {
+                name: table.name,
+                id: table.id,
+                files: files.clone(),
+            };
+            catalog.commit(coord.session(), change).await?;
+            write.committed(&files);
+            Ok(written.rows())
         }
     }
+}
+
+/// Writes `batches` as part files of `target`, here, as they arrive.
+async fn write_here<S>(
+    coord: &Coordinator,
+    target: WriteTarget,
+    batches: S,
+) -> Result<Written, Status>
+where
+    S: Stream<Item = Result<RecordBatch, Status>>,
+{
+    let runtime = coord.session().runtime_env();
+    let writer = PartitionWriter::new(target, 0, 0, &runtime).map_err(|e| to_status(&e))?;
+    let rows =
+        batches.map_err(|status| datafusion::error::DataFusionError::External(Box::new(status)));
+    writer
+        .write(std::pin::pin!(rows))
+        .await
+        .map_err(|e| to_status(&e))
 }
 
 #[cfg(test)]

@@ -4,18 +4,19 @@
 //! `DROP SCHEMA`, `UPDATE`, `DELETE`, `COPY … TO`, and bulk ingest.
 //!
 //! The rows a statement writes are computed by the same distributed
-//! execution as any query; the coordinator writes them into the table's
-//! directory under `--data-dir` (see `write`), where workers read them.
-//! Created tables, external tables and views are persisted
-//! (`catalog::persisted`) and come back after a restart.
+//! execution as any query, and written by the tasks that compute them into
+//! the table's directory in the warehouse (`table_writes`); the statement
+//! then commits a catalog version naming the new files
+//! (`crate::warehouse`), and only then does any query see them. Created
+//! tables, external tables, views and schemas are in the catalog and come
+//! back after a restart, on any coordinator of the same warehouse.
 
 pub mod copy;
 pub mod ingest;
 mod rewrite;
 mod schemas;
-pub mod write;
+pub mod table_writes;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use arrow_flight::decode::FlightRecordBatchStream;
@@ -34,11 +35,14 @@ use futures::{Stream, TryStreamExt};
 use squadron_worker::error::to_status;
 use tonic::Status;
 
-use crate::catalog::persisted::{Declared, Entry, PersistedCatalog};
+use crate::catalog::persisted::{encode_schema, Declared, Entry, Managed};
 use crate::catalog::system::SYSTEM_SCHEMA;
-use crate::catalog::TableSpec;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
+use crate::warehouse::changes::Change;
+use crate::warehouse::Warehouse;
+use squadron_worker::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
+use table_writes::{catalog_of as catalog, write_rows, PendingWrite};
 
 /// Whether `plan` is a statement `run_update` executes.
 pub fn is_update(plan: &LogicalPlan) -> bool {
@@ -75,12 +79,12 @@ pub async fn run_update(
             // Before any work: a DEFAULT that cannot be kept refuses the
             // statement.
             let declared = Declared::of(&create.constraints, &create.column_defaults)?;
-            let input = coord
-                .plan_for_writing(session, (*create.input).clone())
-                .await?;
-            let schema = input.schema.clone();
-            let batches = run_query(coord, input).await?;
-            create_table(coord, &name, create.temporary, schema, batches, declared).await
+            let rows = coord.plan_rows_to_write(session, &create.input).await?;
+            let schema = rows.schema();
+            let new = NewTable::start(coord, &name, create.temporary, schema)?;
+            let written = write_rows(coord, session, rows, new.target()).await?;
+            new.commit(coord, &written, declared, create.or_replace)
+                .await
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(ref create)) => {
             check_table_format(coord, &create.file_type)?;
@@ -214,14 +218,6 @@ fn missing(kind: &str, name: &TableReference, if_exists: bool) -> Result<u64, St
     }
 }
 
-fn catalog(coord: &Coordinator) -> Result<&Arc<PersistedCatalog>, Status> {
-    coord.catalog().ok_or_else(|| {
-        Status::failed_precondition(
-            "this server keeps no tables of its own: start it with --data-dir to create tables",
-        )
-    })
-}
-
 /// A table keeps only unqualified column names: `a.x` and `b.x` would both
 /// be `x` (DataFusion's check and words).
 fn unique_column_names(schema: &DFSchema) -> Result<(), Status> {
@@ -272,58 +268,84 @@ fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Sta
     columns.map_err(|e| Status::internal(format!("rows of the planned query: {e}")))
 }
 
-/// Writes `batches` as a new table `name` (replacing one of that name)
-/// and registers it with what it `declared`; returns the rows written.
-pub async fn create_table<S>(
-    coord: &Coordinator,
-    name: &TableReference,
+/// A table being created: where its files go, until it is committed.
+pub struct NewTable {
+    name: TableReference,
     temporary: bool,
+    location: String,
     schema: SchemaRef,
-    batches: S,
-    declared: Declared,
-) -> Result<u64, Status>
-where
-    S: Stream<Item = Result<RecordBatch, Status>>,
-{
-    let catalog = catalog(coord)?;
-    let dir = catalog.new_table_dir(name.table(), temporary);
-    let format = write::stored_format(&schema);
-    let (_, rows) = write::write_rows(&dir, schema, batches).await?;
-    let ctx = coord.session();
-    let replaced = catalog.get(&name.to_quoted_string());
-    if exists(coord, name) {
-        ctx.deregister_table(name.clone())
-            .map_err(|e| to_status(&e))?;
-    }
-    // Quoted where needed: the name is parsed again when registered (now
-    // and at start-up), and "foo.bar" or "T1" must stay one case-kept part.
-    let spec = TableSpec {
-        name: name.to_quoted_string(),
-        location: dir.to_string_lossy().to_string(),
-        format: Some(format),
-    };
-    if let Err(e) = spec.register_created(ctx, &declared).await {
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(to_status(&e));
-    }
-    if temporary {
-        catalog.remove(&name.to_quoted_string())?;
-    } else {
-        catalog.put(Entry::Managed {
-            name: name.to_quoted_string(),
-            location: dir,
-            keys: declared.keys,
-            defaults: declared.defaults,
-        })?;
-    }
-    if let Some(Entry::Managed { location, .. }) = replaced {
-        remove_files(&location);
-    }
-    Ok(rows)
+    format: StoredFormat,
+    write: PendingWrite,
 }
 
-/// An external table or view: DataFusion creates it from the statement,
-/// which is persisted to be run again at start-up.
+impl NewTable {
+    /// A new table `name` of `schema`, in a directory of its own.
+    pub fn start(
+        coord: &Coordinator,
+        name: &TableReference,
+        temporary: bool,
+        schema: SchemaRef,
+    ) -> Result<Self, Status> {
+        check_storable(&schema)?;
+        let catalog = catalog(coord)?;
+        let location = Warehouse::new_table_location(name.table(), temporary);
+        let dir = catalog.warehouse().table_url(&location)?;
+        Ok(Self {
+            name: name.clone(),
+            temporary,
+            location,
+            format: StoredFormat::for_schema(&schema),
+            schema,
+            write: PendingWrite::start(coord, dir)?,
+        })
+    }
+
+    /// What its writers write.
+    pub fn target(&self) -> WriteTarget {
+        self.write.target(self.format, &self.schema, RowFlag::None)
+    }
+
+    pub fn write(&self) -> &PendingWrite {
+        &self.write
+    }
+
+    /// Commits the table with the files `written`, replacing one of its
+    /// name only if `replace`; returns its rows.
+    pub async fn commit(
+        self,
+        coord: &Coordinator,
+        written: &Written,
+        declared: Declared,
+        replace: bool,
+    ) -> Result<u64, Status> {
+        let files = self.write.data_files(written)?;
+        let table = Managed {
+            name: self.name.to_quoted_string(),
+            id: self.write.write_id().to_string(),
+            location: self.location,
+            format: self.format.name().to_string(),
+            schema: encode_schema(&self.schema)?,
+            files: files.clone(),
+            keys: declared.keys,
+            defaults: declared.defaults,
+        };
+        let catalog = catalog(coord)?;
+        if self.temporary {
+            catalog.create_temporary(coord.session(), table).await?;
+        } else {
+            catalog
+                .commit(coord.session(), Change::Create { table, replace })
+                .await?;
+        }
+        self.write.committed(&files);
+        Ok(written.rows())
+    }
+}
+
+/// An external table or view: DataFusion creates it from the statement;
+/// the statement is committed to the catalog, to be run again at start-up
+/// (and by other coordinators). If the commit fails, the server shows what
+/// it showed before.
 async fn define(
     coord: &Coordinator,
     session: &Session,
@@ -337,32 +359,55 @@ async fn define(
     } else {
         Some(catalog(coord)?)
     };
+    let before = coord.session().table_provider(name.clone()).await.ok();
     session
         .ctx()
         .execute_logical_plan(plan)
         .await
         .map_err(|e| to_status(&e))?;
-    if let Some(catalog) = catalog {
-        let sql = definition.ok_or_else(|| {
-            Status::internal(format!("the statement defining {name} has no text"))
-        })?;
-        catalog.put(Entry::Defined {
-            name: name.to_quoted_string(),
-            sql,
-            schema: Some((session.catalog(), session.schema())),
-        })?;
+    let Some(catalog) = catalog else {
+        return Ok(0);
+    };
+    let committed = match definition {
+        Some(sql) => {
+            let entry = Entry::Defined {
+                name: name.to_quoted_string(),
+                sql,
+                schema: Some((session.catalog(), session.schema())),
+            };
+            let change = Change::Define { entry, once: false };
+            catalog
+                .commit_shown(coord.session(), change, Some(name.to_quoted_string()))
+                .await
+        }
+        None => Err(Status::internal(format!(
+            "the statement defining {name} has no text"
+        ))),
+    };
+    if let Err(e) = committed {
+        let ctx = coord.session();
+        let _ = ctx.deregister_table(name.clone());
+        if let Some(before) = before {
+            let _ = ctx.register_table(name.clone(), before);
+        }
+        return Err(e);
     }
     Ok(0)
 }
 
 async fn drop_table(coord: &Coordinator, name: &TableReference) -> Result<u64, Status> {
-    coord
-        .session()
-        .deregister_table(name.clone())
-        .map_err(|e| to_status(&e))?;
-    if let Some(catalog) = coord.catalog() {
-        if let Some(Entry::Managed { location, .. }) = catalog.remove(&name.to_quoted_string())? {
-            remove_files(&location);
+    let key = name.to_quoted_string();
+    match coord.catalog().filter(|c| c.get(&key).is_some()) {
+        // Committed first: a DROP that cannot be committed drops nothing.
+        Some(catalog) => {
+            let change = Change::Remove { names: vec![key] };
+            catalog.commit(coord.session(), change).await?;
+        }
+        None => {
+            coord
+                .session()
+                .deregister_table(name.clone())
+                .map_err(|e| to_status(&e))?;
         }
     }
     Ok(0)
@@ -392,48 +437,65 @@ async fn insert(
             dml.op
         )));
     }
-    // Created tables take the rows as a file of theirs; an external table
-    // a client defined (its location was checked then) by its own sink, as
-    // on single node: its format, options and partition columns.
-    let created = match catalog(coord)?.get(&table_name.to_quoted_string()) {
-        Some(Entry::Managed { location, .. }) => Some(location),
-        Some(Entry::Defined { .. }) => None,
-        _ => {
-            return Err(Status::failed_precondition(format!(
-                "{} is not a table created through Squadron (CREATE TABLE, CREATE EXTERNAL \
-                 TABLE); INSERT INTO works on those",
-                dml.table_name
-            )))
-        }
-    };
-    let table = coord
-        .session()
-        .table_provider(table_name)
-        .await
-        .map_err(|e| to_status(&e))?;
-    let input = coord
-        .plan_for_writing(session, (*dml.input).clone())
-        .await?;
-    let schema = input.schema.clone();
-    let batches = run_query(coord, input).await?;
-    let rows = match created {
-        Some(location) => {
-            write::write_rows(&location, table.schema(), batches)
-                .await?
-                .1
-        }
-        None => {
+    // Created tables take the rows as part files of theirs; an external
+    // table a client defined (its location was checked then) by its own
+    // sink, as on single node: its format, options and partition columns.
+    match catalog(coord)?.get(&table_name.to_quoted_string()) {
+        Some(Entry::Managed(table)) => insert_into_created(coord, session, &dml, table).await,
+        Some(Entry::Defined { .. }) => {
+            let table = coord
+                .session()
+                .table_provider(table_name)
+                .await
+                .map_err(|e| to_status(&e))?;
+            let input = coord
+                .plan_for_writing(session, (*dml.input).clone())
+                .await?;
+            let schema = input.schema.clone();
+            let batches = run_query(coord, input).await?;
             let dml = DmlStatement::new(
                 dml.table_name,
                 dml.target,
                 dml.op,
                 Arc::new(copy::scan_of_rows(schema, batches)?),
             );
-            copy::run_sink(session, LogicalPlan::Dml(dml)).await?
+            let rows = copy::run_sink(session, LogicalPlan::Dml(dml)).await?;
+            forget_listing(coord, table.as_ref());
+            Ok(rows)
         }
+        None => Err(Status::failed_precondition(format!(
+            "{} is not a table created through Squadron (CREATE TABLE, CREATE EXTERNAL \
+             TABLE); INSERT INTO works on those",
+            dml.table_name
+        ))),
+    }
+}
+
+/// Appends the rows of `dml` to created table `table` as new part files.
+async fn insert_into_created(
+    coord: &Coordinator,
+    session: &Arc<Session>,
+    dml: &DmlStatement,
+    table: Managed,
+) -> Result<u64, Status> {
+    let catalog = catalog(coord)?;
+    let schema = table.schema()?;
+    let format = StoredFormat::from_name(&table.format)
+        .ok_or_else(|| Status::internal(format!("{}: unknown format", table.name)))?;
+    let dir = catalog.warehouse().table_url(&table.location)?;
+    let write = PendingWrite::start(coord, dir)?;
+    let rows = coord.plan_rows_to_write(session, &dml.input).await?;
+    let target = write.target(format, &schema, RowFlag::None);
+    let written = write_rows(coord, session, rows, target).await?;
+    let files = write.data_files(&written)?;
+    let change = Change::Append {
+        name: table.name,
+        id: table.id,
+        files: files.clone(),
     };
-    forget_listing(coord, table.as_ref());
-    Ok(rows)
+    catalog.commit(coord.session(), change).await?;
+    write.committed(&files);
+    Ok(written.rows())
 }
 
 /// Drops the cached file listing of `table`, so the next query sees the
@@ -471,18 +533,4 @@ pub fn forget_listings_around(coord: &Coordinator, written: &str) {
             cache.remove(&listed);
         }
     }
-}
-
-fn remove_files(location: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(location) {
-        tracing::warn!(location = %location.display(), "removing a dropped table's files: {e}");
-    }
-}
-
-/// Registers the persisted tables and views at start-up.
-pub async fn restore(coord: &Coordinator) -> anyhow::Result<()> {
-    if let Some(catalog) = coord.catalog() {
-        catalog.register_all(coord.session()).await?;
-    }
-    Ok(())
 }

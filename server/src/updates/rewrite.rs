@@ -1,33 +1,39 @@
-//! `UPDATE` and `DELETE` on created tables: the table is written anew.
+//! `UPDATE` and `DELETE` on created tables: the files they read are
+//! written anew.
 //!
-//! A created table is Parquet files that workers read and nobody edits in
-//! place, so a statement changing rows computes the table's new contents
-//! as an ordinary distributed query — every row, with the new values where
-//! the predicate holds (UPDATE), or only the rows where it does not
-//! (DELETE) — writes them to a new directory and moves the table there,
-//! as `CREATE OR REPLACE TABLE` does. It is one pass: each row carries
-//! whether the predicate held, which also gives the count the statement
-//! answers. Rows where the predicate is NULL are left alone, as in
-//! single-node DataFusion.
+//! A created table is part files that workers read and nobody edits in
+//! place, so a statement changing rows reads one file set of the table
+//! (pinned: `ManagedTable::snapshot`) and computes its new contents as an
+//! ordinary distributed query — every row, with the new values where the
+//! predicate holds (UPDATE), or only the rows where it does not (DELETE).
+//! The tasks write them as new part files of the same table, and the
+//! commit replaces exactly the files read by those written
+//! (`Change::Rewrite`): rows another statement inserted meanwhile stay,
+//! and a concurrent rewrite of the same files is refused with ABORTED.
+//! The table stays registered throughout. It is one pass: each row
+//! carries whether the predicate held, counted by the writers (the rows
+//! the statement answers). Rows where the predicate is NULL are left
+//! alone, as in single-node DataFusion.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
-use datafusion::arrow::compute::filter_record_batch;
-use datafusion::arrow::compute::kernels::boolean::not;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Column;
+use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{
     lit, when, DmlStatement, Expr, LogicalPlan, LogicalPlanBuilder, WriteOp,
 };
-use futures::TryStreamExt;
 use squadron_worker::error::to_status;
+use squadron_worker::write::RowFlag;
 use tonic::Status;
 
-use super::{catalog, create_table, full_name, run_query};
-use crate::catalog::persisted::{Declared, Entry};
+use super::full_name;
+use super::table_writes::{catalog_of as catalog, write_rows, PendingWrite};
+use crate::catalog::managed_table::ManagedTable;
+use crate::catalog::persisted::Entry;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
+use crate::warehouse::changes::Change;
 
 /// The column the rewrite query adds: whether the row matched.
 const MATCHED: &str = "__squadron_matched";
@@ -44,8 +50,8 @@ pub async fn update_or_delete(
         ref other => return Err(Status::internal(format!("{other} is not a rewrite"))),
     };
     let name = full_name(session, &dml.table_name)?;
-    let declared = match catalog(coord)?.get(&name.to_quoted_string()) {
-        Some(Entry::Managed { keys, defaults, .. }) => Declared { keys, defaults },
+    let table = match catalog(coord)?.get(&name.to_quoted_string()) {
+        Some(Entry::Managed(table)) => table,
         _ => {
             return Err(Status::failed_precondition(format!(
                 "{} is not a table created through Squadron; {} works on those",
@@ -53,17 +59,46 @@ pub async fn update_or_delete(
             )))
         }
     };
+    let provider = coord
+        .session()
+        .table_provider(name.clone())
+        .await
+        .map_err(|e| to_status(&e))?;
+    let registered = provider.downcast_ref::<ManagedTable>().ok_or_else(|| {
+        Status::internal(format!("{name} is registered as another kind of table"))
+    })?;
+    // The files this statement reads, and replaces.
+    let snapshot = Arc::new(registered.snapshot());
+    let read: Vec<String> = snapshot
+        .files()
+        .files
+        .iter()
+        .map(|f| f.name.clone())
+        .collect();
     let statement = Statement::of(&dml.input, delete)?;
-    let query = statement.rewrite_query(delete)?;
-    let planned = coord.plan_for_writing(session, query).await?;
-    let changed = Arc::new(AtomicU64::new(0));
-    let counter = Arc::clone(&changed);
-    let rows = run_query(coord, planned).await?.and_then(move |batch| {
-        let kept = keep_rows(batch, delete, &counter);
-        async move { kept }
-    });
-    create_table(coord, &name, false, dml.target.schema(), rows, declared).await?;
-    Ok(changed.load(Ordering::Relaxed))
+    let query = statement
+        .reading(Arc::clone(&snapshot))?
+        .rewrite_query(delete)?;
+    let format = snapshot.format();
+    let schema = dml.target.schema();
+    let write = PendingWrite::start(coord, snapshot.dir().clone())?;
+    let rows = coord.plan_rows_to_write(session, &query).await?;
+    let flag = if delete {
+        RowFlag::CountAndDrop
+    } else {
+        RowFlag::Count
+    };
+    let written = write_rows(coord, session, rows, write.target(format, &schema, flag)).await?;
+    let files = write.data_files(&written)?;
+    let change = Change::Rewrite {
+        name: table.name,
+        id: snapshot.id().to_string(),
+        removed: read,
+        added: files.clone(),
+    };
+    catalog(coord)?.commit(coord.session(), change).await?;
+    write.committed(&files);
+    Ok(written.flagged)
 }
 
 /// The parts of a DML statement's input as DataFusion's SQL planner builds
@@ -97,6 +132,24 @@ impl Statement {
             predicate,
             values,
         })
+    }
+
+    /// This statement reading `table` (one pinned file set) for the table
+    /// it names.
+    fn reading(self, table: Arc<ManagedTable>) -> Result<Self, Status> {
+        let source = provider_as_source(table);
+        let scan = self
+            .scan
+            .transform_up(|node| match node {
+                LogicalPlan::TableScan(mut scan) => {
+                    scan.source = Arc::clone(&source);
+                    Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+                }
+                other => Ok(Transformed::no(other)),
+            })
+            .map_err(|e| to_status(&e))?
+            .data;
+        Ok(Self { scan, ..self })
     }
 
     /// The table's new rows (all of them for UPDATE, with the new values
@@ -154,20 +207,4 @@ fn reads_one_table(plan: &LogicalPlan) -> bool {
 
 fn unexpected(input: &LogicalPlan) -> Status {
     Status::internal(format!("an UPDATE planned as {}", input.display_indent()))
-}
-
-/// Counts the matched rows of `batch` and drops its flag, and for DELETE
-/// the matched rows too.
-fn keep_rows(batch: RecordBatch, delete: bool, changed: &AtomicU64) -> Result<RecordBatch, Status> {
-    let last = batch.num_columns() - 1;
-    let matched = batch.column(last).as_boolean().clone();
-    changed.fetch_add(matched.true_count() as u64, Ordering::Relaxed);
-    let data = batch
-        .project(&(0..last).collect::<Vec<_>>())
-        .map_err(|e| Status::internal(e.to_string()))?;
-    if !delete {
-        return Ok(data);
-    }
-    let keep = not(&matched).map_err(|e| Status::internal(e.to_string()))?;
-    filter_record_batch(&data, &keep).map_err(|e| Status::internal(e.to_string()))
 }

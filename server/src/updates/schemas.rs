@@ -11,11 +11,11 @@ use datafusion::logical_expr::{
 use squadron_worker::error::to_status;
 use tonic::Status;
 
-use super::remove_files;
 use crate::catalog::persisted::Entry;
 use crate::catalog::system::SYSTEM_SCHEMA;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
+use crate::warehouse::changes::Change;
 
 /// A catalog held in memory like DataFusion's own (its tables are files
 /// like any created table's). There is no DROP DATABASE in DataFusion.
@@ -35,7 +35,7 @@ pub async fn create_catalog(
         "CREATE DATABASE IF NOT EXISTS {}",
         quoted(&create.catalog_name)
     );
-    record_once(coord, name, sql)
+    record_once(coord, name, sql).await
 }
 
 pub async fn create_schema(
@@ -50,6 +50,11 @@ pub async fn create_schema(
         None => (session.catalog(), create.schema_name.clone()),
     };
     refuse_system(&schema)?;
+    let existed = coord
+        .session()
+        .catalog(&catalog)
+        .and_then(|c| c.schema(&schema))
+        .is_some();
     session
         .ctx()
         .execute_logical_plan(plan)
@@ -60,19 +65,30 @@ pub async fn create_schema(
         quoted(&catalog),
         quoted(&schema)
     );
-    record_once(coord, entry_name(&catalog, &schema), sql)
+    let recorded = record_once(coord, entry_name(&catalog, &schema), sql).await;
+    if recorded.is_err() && !existed {
+        // Not committed: not shown either.
+        if let Some(provider) = coord.session().catalog(&catalog) {
+            let _ = provider.deregister_schema(&schema, false);
+        }
+    }
+    recorded
 }
 
-/// Persists the statement creating a catalog or schema, unless recorded
+/// Commits the statement creating a catalog or schema, unless recorded
 /// already: the entry keeps its place, to replay before the schemas and
 /// tables made in it since.
-fn record_once(coord: &Coordinator, name: String, sql: String) -> Result<u64, Status> {
-    if let Some(persisted) = coord.catalog().filter(|p| p.get(&name).is_none()) {
-        persisted.put(Entry::Defined {
-            name,
+async fn record_once(coord: &Coordinator, name: String, sql: String) -> Result<u64, Status> {
+    if let Some(catalog) = coord.catalog().filter(|c| c.get(&name).is_none()) {
+        let entry = Entry::Defined {
+            name: name.clone(),
             sql,
             schema: None,
-        })?;
+        };
+        let change = Change::Define { entry, once: true };
+        catalog
+            .commit_shown(coord.session(), change, Some(name))
+            .await?;
     }
     Ok(0)
 }
@@ -95,24 +111,33 @@ pub async fn drop_schema(
         .session()
         .catalog(&catalog)
         .and_then(|c| c.schema(&schema))
-        .map(|s| s.table_names())
-        .unwrap_or_default();
+        .map(|s| s.table_names());
+    // DataFusion refuses a missing schema, or one with tables without
+    // CASCADE, and changes nothing: let it say so in its words.
+    let refused = tables
+        .as_ref()
+        .is_none_or(|tables| !tables.is_empty() && !drop.cascade);
+    let persisted = coord.catalog().filter(|_| !refused);
+    if let Some(persisted) = persisted {
+        // Committed first: a DROP SCHEMA that cannot be committed drops
+        // nothing.
+        let names = tables
+            .unwrap_or_default()
+            .into_iter()
+            .map(|table| {
+                TableReference::full(catalog.as_str(), schema.as_str(), table).to_quoted_string()
+            })
+            .chain([entry_name(&catalog, &schema)])
+            .collect();
+        persisted
+            .commit_shown(coord.session(), Change::Remove { names }, None)
+            .await?;
+    }
     session
         .ctx()
         .execute_logical_plan(plan)
         .await
         .map_err(|e| to_status(&e))?;
-    if let Some(persisted) = coord.catalog() {
-        for table in tables {
-            let name = TableReference::full(catalog.as_str(), schema.as_str(), table);
-            if let Some(Entry::Managed { location, .. }) =
-                persisted.remove(&name.to_quoted_string())?
-            {
-                remove_files(&location);
-            }
-        }
-        persisted.remove(&entry_name(&catalog, &schema))?;
-    }
     Ok(0)
 }
 

@@ -16,16 +16,18 @@ use datafusion_proto::physical_plan::{
 use prost::Message;
 use squadron_proto::v1::squadron_plan_node::Node;
 use squadron_proto::v1::{
-    ConstantColumn, ReadMode, RecursiveQueryNode, SquadronPlanNode, StageReadNode, WorkTableNode,
+    ConstantColumn, ReadMode, RecursiveQueryNode, RowFlag as WireRowFlag, SquadronPlanNode,
+    StageReadNode, TableWriteNode, WorkTableNode,
 };
 
 use super::stage_read::StageReadExec;
 use super::top_k;
+use crate::write::{RowFlag, StoredFormat, TableWriteExec, WriteTarget};
 
 /// Encodes and decodes the nodes datafusion-proto leaves to extensions:
 /// `StageReadExec` placeholders, a recursive query's two nodes (which
-/// then run inside one task: a work table lives in one process), and the
-/// window top-N operator.
+/// then run inside one task: a work table lives in one process), the
+/// window top-N operator, and the writes of created tables.
 #[derive(Debug, Default)]
 pub struct SquadronCodec;
 
@@ -71,6 +73,12 @@ impl PhysicalExtensionCodec for SquadronCodec {
                 let decode = PhysicalPlanDecodeContext::new(ctx, self);
                 top_k::decode(top_k, input, &decode, proto_converter)
             }
+            Some(Node::TableWrite(write)) => {
+                let [input] = inputs else {
+                    return internal_err!("TableWriteExec has one input, got {}", inputs.len());
+                };
+                decode_table_write(write, input)
+            }
             None => internal_err!("empty SquadronPlanNode"),
         }
     }
@@ -96,6 +104,8 @@ impl PhysicalExtensionCodec for SquadronCodec {
             })
         } else if let Some(top_k) = node.downcast_ref::<PartitionedTopKExec>() {
             Node::PartitionedTopK(top_k::encode(top_k, self, proto_converter)?)
+        } else if let Some(write) = node.downcast_ref::<TableWriteExec>() {
+            Node::TableWrite(encode_table_write(write.target())?)
         } else {
             return internal_err!("cannot encode {} with the Squadron codec", node.name());
         };
@@ -157,11 +167,48 @@ fn encode_stage_read(read: &StageReadExec) -> Result<StageReadNode> {
     })
 }
 
-fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
+fn decode_table_write(
+    node: TableWriteNode,
+    input: &Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let format = StoredFormat::from_name(&node.format)
+        .ok_or_else(|| internal_datafusion_err!("bad table format {:?}", node.format))?;
+    let flag = match WireRowFlag::try_from(node.flag) {
+        Ok(WireRowFlag::None) => RowFlag::None,
+        Ok(WireRowFlag::Count) => RowFlag::Count,
+        Ok(WireRowFlag::CountAndDrop) => RowFlag::CountAndDrop,
+        Err(_) => return internal_err!("bad row flag {}", node.flag),
+    };
+    let target = WriteTarget {
+        table_url: node.table_url,
+        write_id: node.write_id,
+        format,
+        table_schema: decode_schema(&node.table_schema)?,
+        flag,
+    };
+    Ok(Arc::new(TableWriteExec::new(Arc::clone(input), target)))
+}
+
+fn encode_table_write(target: &WriteTarget) -> Result<TableWriteNode> {
+    let flag = match target.flag {
+        RowFlag::None => WireRowFlag::None,
+        RowFlag::Count => WireRowFlag::Count,
+        RowFlag::CountAndDrop => WireRowFlag::CountAndDrop,
+    };
+    Ok(TableWriteNode {
+        table_url: target.table_url.clone(),
+        write_id: target.write_id.clone(),
+        format: target.format.name().to_string(),
+        table_schema: encode_schema(&target.table_schema)?,
+        flag: flag as i32,
+    })
+}
+
+pub(crate) fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
     Ok(datafusion_proto::protobuf::Schema::try_from(schema)?.encode_to_vec())
 }
 
-fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
+pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
     let schema = datafusion_proto::protobuf::Schema::decode(bytes)
         .map_err(|e| internal_datafusion_err!("bad schema in a Squadron plan node: {e}"))?;
     Ok(Arc::new(Schema::try_from(&schema)?))

@@ -3,8 +3,10 @@
 //! Plans come only from the coordinator's certificate, but a worker still
 //! refuses what no Squadron plan contains, so that a stolen coordinator
 //! identity cannot turn workers into a file reader or writer: task plans
-//! never write files (the coordinator writes created tables itself), and
-//! with `--data-root` given they read only files under those roots.
+//! write only the part files of created tables (`TableWriteExec`), never
+//! through DataFusion's own sinks, and with `--data-root` given they read
+//! only files under those roots and write only there or into the
+//! `--warehouse`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,12 +17,17 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::ExecutionPlan;
 use tonic::Status;
 
+use crate::write::TableWriteExec;
+
 /// Where a worker's plans may read files.
 #[derive(Debug, Clone, Default)]
 pub struct DataRoots {
     /// Canonical local directories, or object store URL prefixes
     /// (`s3://bucket/prefix`); empty: anywhere.
     roots: Vec<String>,
+    /// Where created tables live (`--warehouse`): writable, and readable,
+    /// whatever the roots.
+    warehouse: Option<String>,
 }
 
 impl DataRoots {
@@ -39,7 +46,17 @@ impl DataRoots {
                 Ok(format!("file://{}", canonical.display()))
             })
             .collect::<anyhow::Result<_>>()?;
-        Ok(Self { roots })
+        Ok(Self {
+            roots,
+            warehouse: None,
+        })
+    }
+
+    /// These roots, and the warehouse at `url` (a URL, `file:///…` for a
+    /// local directory).
+    pub fn with_warehouse(mut self, url: Option<&str>) -> Self {
+        self.warehouse = url.map(|u| u.trim_end_matches('/').to_string());
+        self
     }
 
     /// Whether no root is set (anything may be read).
@@ -68,20 +85,34 @@ impl DataRoots {
 
     fn allows(&self, url: &str) -> bool {
         self.roots.is_empty()
-            || self.roots.iter().any(|root| {
+            || self.roots.iter().chain(&self.warehouse).any(|root| {
                 url.strip_prefix(root.as_str())
                     .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
             })
     }
+
+    /// Whether a created table's directory (a URL) may be written.
+    fn allows_writing(&self, url: &str) -> bool {
+        let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+        !has_parent_step(path) && self.allows(url.trim_end_matches('/'))
+    }
 }
 
-/// Refuses `plan` with PERMISSION_DENIED if it writes files, or reads a
-/// file outside `roots`.
+/// Refuses `plan` with PERMISSION_DENIED if it writes files other than a
+/// created table's, or outside `roots`, or reads a file outside them.
 pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<(), Status> {
     if plan.downcast_ref::<DataSinkExec>().is_some() {
         return Err(Status::permission_denied(
             "task plans do not write files on workers",
         ));
+    }
+    if let Some(write) = plan.downcast_ref::<TableWriteExec>() {
+        let url = &write.target().table_url;
+        if !roots.allows_writing(url) {
+            return Err(Status::permission_denied(format!(
+                "the plan writes {url}, outside this worker's --data-root and --warehouse"
+            )));
+        }
     }
     if let Some(source) = plan.downcast_ref::<DataSourceExec>() {
         if let Some(scan) = source.data_source().downcast_ref::<FileScanConfig>() {
@@ -210,5 +241,18 @@ mod tests {
         assert!(!stores.allows_location("s3://bucket/data/../secret"));
         assert!(!stores.allows_location("/tmp"));
         assert!(DataRoots::default().allows_location("/etc/passwd"));
+    }
+
+    #[test]
+    fn writes_go_under_the_roots_or_the_warehouse() {
+        let roots = DataRoots::new(&["s3://bucket/data".into()])
+            .unwrap()
+            .with_warehouse(Some("s3://wh/prod/"));
+        assert!(roots.allows_writing("s3://wh/prod/tables/t-1/"));
+        assert!(roots.allows_writing("s3://bucket/data/out/"));
+        assert!(!roots.allows_writing("s3://wh/prod2/tables/t/"));
+        assert!(!roots.allows_writing("s3://wh/prod/../x/"));
+        assert!(!roots.allows_writing("file:///etc/"));
+        assert!(DataRoots::default().allows_writing("file:///tmp/t/"));
     }
 }

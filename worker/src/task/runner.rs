@@ -34,6 +34,7 @@ use crate::stream::{
     output_channels, write_output, OutputWriter, Router, StreamManager, StreamSecret,
 };
 use crate::version::engine_build;
+use crate::write::TableWriteExec;
 
 /// A task ready to run: its registry entry is reserved and its output
 /// streams are registered.
@@ -153,6 +154,8 @@ impl TaskRunner {
             self,
         )
         .map_err(|e| Status::invalid_argument(format!("cannot bind task inputs: {e}")))?;
+        let plan = bind_writes(plan, request.attempt)
+            .map_err(|e| Status::invalid_argument(format!("cannot bind task writes: {e}")))?;
         let partition = key.partition as usize;
 
         let (plan, router) = match output.kind() {
@@ -394,6 +397,18 @@ fn final_status(key: &AttemptKey, result: Result<u64>) -> TaskStatus {
             ..status(key, TaskState::Failed)
         },
     }
+}
+
+/// Gives each `TableWriteExec` the task's attempt, which names its files:
+/// a task run again writes files of its own.
+fn bind_writes(plan: Arc<dyn ExecutionPlan>, attempt: u32) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| match node.downcast_ref::<TableWriteExec>() {
+        Some(write) => Ok(Transformed::yes(
+            Arc::new(write.for_attempt(attempt)) as Arc<dyn ExecutionPlan>
+        )),
+        None => Ok(Transformed::no(node)),
+    })
+    .map(|t| t.data)
 }
 
 /// Replaces each `StageReadExec` placeholder by one bound to the upstream

@@ -31,6 +31,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use squadron_worker::plan::unshared_copy;
 
+use crate::catalog::managed_table::ManagedTable;
+
 /// Operators that only pass rows on (no literal may sit in them).
 const PASS_THROUGH: &[&str] = &[
     "ProjectionExec",
@@ -87,13 +89,13 @@ impl Template {
             return None;
         }
         let provider = source_as_provider(&scan.source).ok()?;
-        let listing = provider.downcast_ref::<ListingTable>()?;
         // Partition columns are pruned by value while listing. (Formats
         // other than Parquet fail the check of the physical plan.)
-        if !listing.options().table_partition_cols.is_empty() {
-            return None;
-        }
-        Some((scan.table_name.clone(), provider))
+        let listed_whole = match provider.downcast_ref::<ListingTable>() {
+            Some(listing) => listing.options().table_partition_cols.is_empty(),
+            None => provider.downcast_ref::<ManagedTable>().is_some(),
+        };
+        listed_whole.then(|| (scan.table_name.clone(), provider))
     }
 
     /// The template of `plan`, made for `values` from a statement that
@@ -300,6 +302,21 @@ async fn files_of(
     state: &SessionState,
     provider: &Arc<dyn TableProvider>,
 ) -> Result<Option<Vec<FileStamp>>> {
+    if let Some(created) = provider.downcast_ref::<ManagedTable>() {
+        // Its committed files: a commit swaps them in place.
+        let mut files: Vec<FileStamp> = created
+            .files()
+            .files
+            .iter()
+            .map(|file| FileStamp {
+                location: file.name.clone(),
+                size: file.bytes,
+                last_modified: DateTime::<Utc>::UNIX_EPOCH,
+            })
+            .collect();
+        files.sort();
+        return Ok(Some(files));
+    }
     let Some(listing) = provider.downcast_ref::<ListingTable>() else {
         return Ok(None);
     };

@@ -21,8 +21,8 @@ use std::collections::HashSet;
 use datafusion::arrow::array::Array;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
-use parquet::file::properties::WriterPropertiesBuilder;
-use parquet::schema::types::ColumnPath;
+use datafusion::parquet::file::properties::WriterPropertiesBuilder;
+use datafusion::parquet::schema::types::ColumnPath;
 
 /// Bytes per data page: a page holds a few thousand values at most, yet
 /// stays large enough that per-page headers and calls cost nothing
@@ -75,11 +75,11 @@ mod tests {
     use std::sync::Arc;
 
     use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
-    use parquet::arrow::ArrowWriter;
-    use parquet::basic::Encoding;
-    use parquet::file::properties::WriterProperties;
-    use parquet::file::reader::FileReader;
-    use parquet::file::serialized_reader::{ReadOptionsBuilder, SerializedFileReader};
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::basic::Encoding;
+    use datafusion::parquet::file::properties::WriterProperties;
+    use datafusion::parquet::file::reader::FileReader;
+    use datafusion::parquet::file::serialized_reader::{ReadOptionsBuilder, SerializedFileReader};
 
     fn batch() -> RecordBatch {
         let keys: ArrayRef = Arc::new(Int64Array::from_iter_values(0..20_000));

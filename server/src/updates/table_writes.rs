@@ -1,0 +1,221 @@
+//! A statement's rows written into a created table's directory, by the
+//! tasks that compute them, as part files to commit.
+//!
+//! The files stay invisible until a catalog version names them. Until the
+//! statement commits, `PendingWrite` marks its write id as in progress (so
+//! the sweep leaves its files alone); if the statement fails, is
+//! cancelled or its client hangs up, dropping it removes every file the
+//! write made, and once it committed, the files of failed task attempts
+//! that the commit does not name. A file a straggling task finishes after
+//! that is left to the sweep.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use datafusion::datasource::listing::ListingTableUrl;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use object_store::ObjectStoreExt;
+use squadron_worker::write::{read_written, RowFlag, StoredFormat, WriteTarget, Written};
+use tonic::Status;
+
+use crate::catalog::persisted::DataFile;
+use crate::coordinator::Coordinator;
+use crate::session::Session;
+use crate::warehouse::WarehouseCatalog;
+
+/// A straggling task of a failed write (its worker cut off, say) may still
+/// finish a file after the statement ended: the files of a write that did
+/// not commit are looked for again this much later.
+const SECOND_CLEAN_UP: Duration = Duration::from_secs(10);
+
+/// The part files of one statement, from its first write to its commit.
+pub struct PendingWrite {
+    catalog: Arc<WarehouseCatalog>,
+    store: Arc<dyn ObjectStore>,
+    write_id: String,
+    dir: ListingTableUrl,
+    /// The files the commit named, once it committed.
+    committed: Option<HashSet<String>>,
+}
+
+impl PendingWrite {
+    /// A write into the table directory `dir`.
+    pub fn start(coord: &Coordinator, dir: ListingTableUrl) -> Result<Self, Status> {
+        let catalog = Arc::clone(catalog_of(coord)?);
+        let store = coord
+            .session()
+            .runtime_env()
+            .object_store(&dir)
+            .map_err(|e| Status::internal(format!("the store of {dir}: {e}")))?;
+        let write_id = uuid::Uuid::new_v4().simple().to_string();
+        catalog.started_writing(&write_id);
+        Ok(Self {
+            catalog,
+            store,
+            write_id,
+            dir,
+            committed: None,
+        })
+    }
+
+    pub fn write_id(&self) -> &str {
+        &self.write_id
+    }
+
+    pub fn dir(&self) -> &ListingTableUrl {
+        &self.dir
+    }
+
+    /// What the tasks write: rows of `schema` in `format`.
+    pub fn target(
+        &self,
+        format: StoredFormat,
+        schema: &datafusion::arrow::datatypes::SchemaRef,
+        flag: RowFlag,
+    ) -> WriteTarget {
+        WriteTarget {
+            table_url: self.dir.as_str().to_string(),
+            write_id: self.write_id.clone(),
+            format,
+            table_schema: Arc::clone(schema),
+            flag,
+        }
+    }
+
+    /// `written`'s files as the catalog names them (relative to the
+    /// table's directory).
+    pub fn data_files(&self, written: &Written) -> Result<Vec<DataFile>, Status> {
+        written
+            .files
+            .iter()
+            .map(|file| {
+                let name = file
+                    .location
+                    .prefix_match(self.dir.prefix())
+                    .map(|parts| {
+                        parts
+                            .map(|p| p.as_ref().to_string())
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    })
+                    .filter(|name| !name.is_empty())
+                    .ok_or_else(|| {
+                        Status::internal(format!(
+                            "a task wrote {} outside the table's directory {}",
+                            file.location, self.dir
+                        ))
+                    })?;
+                Ok(DataFile {
+                    name,
+                    bytes: file.bytes,
+                    rows: file.rows,
+                })
+            })
+            .collect()
+    }
+
+    /// The statement committed `files`: the write's other files (of task
+    /// attempts that failed) can go.
+    pub fn committed(mut self, files: &[DataFile]) {
+        self.committed = Some(files.iter().map(|f| f.name.clone()).collect());
+    }
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        let catalog = Arc::clone(&self.catalog);
+        let store = Arc::clone(&self.store);
+        let dir = self.dir.prefix().clone();
+        let write_id = self.write_id.clone();
+        let keep = self.committed.take();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            catalog.finished_writing(&write_id);
+            return;
+        };
+        runtime.spawn(async move {
+            let prefix = WriteTarget::part_prefix(&write_id);
+            let keep = keep.unwrap_or_default();
+            let removed = remove_files(&store, &dir, &prefix, &keep).await;
+            if keep.is_empty() {
+                // Not committed: its tasks were stopped; look once more for
+                // a file one of them finished after this.
+                tokio::time::sleep(SECOND_CLEAN_UP).await;
+                remove_files(&store, &dir, &prefix, &keep).await;
+            }
+            if removed > 0 {
+                tracing::debug!(
+                    write_id,
+                    removed,
+                    "removed the files of a write not committed"
+                );
+            }
+            catalog.finished_writing(&write_id);
+        });
+    }
+}
+
+/// Removes the files in `dir` named with `prefix` except `keep`; how many.
+async fn remove_files(
+    store: &Arc<dyn ObjectStore>,
+    dir: &object_store::path::Path,
+    prefix: &str,
+    keep: &HashSet<String>,
+) -> usize {
+    let listed: Vec<_> = match store.list(Some(dir)).try_collect().await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(%dir, "listing a table's files to remove a failed write's: {e}");
+            return 0;
+        }
+    };
+    let mut removed = 0;
+    for file in listed {
+        let Some(name) = file.location.filename() else {
+            continue;
+        };
+        if !name.starts_with(prefix) || keep.contains(name) {
+            continue;
+        }
+        match store.delete(&file.location).await {
+            Ok(()) => removed += 1,
+            Err(e) => tracing::warn!(location = %file.location, "removing a file: {e}"),
+        }
+    }
+    removed
+}
+
+pub fn catalog_of(coord: &Coordinator) -> Result<&Arc<WarehouseCatalog>, Status> {
+    coord.catalog().ok_or_else(|| {
+        Status::failed_precondition(
+            "this server keeps no tables of its own: start it with --warehouse (or --data-dir) \
+             to create tables",
+        )
+    })
+}
+
+/// Runs `rows` (a physical plan, `Coordinator::plan_rows_to_write`)
+/// written as `target` says; what the tasks wrote.
+pub async fn write_rows(
+    coord: &Coordinator,
+    session: &Arc<Session>,
+    rows: Arc<dyn ExecutionPlan>,
+    target: WriteTarget,
+) -> Result<Written, Status> {
+    let job_id = target.write_id.clone();
+    let planned = coord.plan_write(session, rows, target)?;
+    let stream = coord.execute(&job_id, planned).await?;
+    let mut batches =
+        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
+            .map_err(Status::from);
+    let mut written = Written::default();
+    while let Some(batch) = batches.next().await {
+        let answer = read_written(&batch?).map_err(|e| Status::internal(e.to_string()))?;
+        written.extend(answer);
+    }
+    Ok(written)
+}

@@ -1,0 +1,300 @@
+//! Files nobody reads any more, removed.
+//!
+//! - **Released files**: those a commit stopped naming (the files an
+//!   UPDATE rewrote, a dropped or replaced table's) are deleted once
+//!   `--file-retention` has passed, so queries planned before the commit
+//!   can still read them.
+//! - **The sweep** (at start-up and every `--sweep-interval`): files under
+//!   `tables/` and `temporary/` that the newest catalog version does not
+//!   name, that no statement of this coordinator is writing, and that are
+//!   older than `--sweep-grace` (another coordinator's statement may be
+//!   writing them) are deleted: parts of statements that failed, were
+//!   cancelled or were killed with their coordinator, and on a local
+//!   warehouse the staging files of uploads cut short. Old catalog
+//!   versions beyond the newest few go too.
+//! - Every few seconds the coordinator also looks for a newer catalog
+//!   version another coordinator committed, and takes it in.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use chrono::{DateTime, Utc};
+use datafusion::datasource::listing::ListingTableUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::prelude::SessionContext;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+use squadron_worker::write::WriteTarget;
+use tonic::Status;
+
+use super::log::store_status;
+use super::WarehouseCatalog;
+use crate::catalog::persisted::Entry;
+
+/// Catalog versions kept; older ones are deleted by the sweep.
+pub const VERSIONS_KEPT: usize = 64;
+
+/// How often a coordinator looks for versions committed elsewhere.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The areas of the warehouse that hold table files.
+const FILE_AREAS: &[&str] = &["tables", "temporary"];
+
+/// Files a commit stopped naming, in one table directory.
+#[derive(Debug, Clone)]
+pub struct Released {
+    pub dir: ListingTableUrl,
+    /// File names in `dir`.
+    pub names: Vec<String>,
+    /// The table itself is gone: its directory may go too.
+    pub dropped: bool,
+}
+
+impl Released {
+    fn paths(&self) -> impl Iterator<Item = Path> + '_ {
+        self.names
+            .iter()
+            .map(|name| self.dir.prefix().clone().join(name.as_str()))
+    }
+}
+
+/// When and how the janitor works.
+#[derive(Debug, Clone, Copy)]
+pub struct JanitorOptions {
+    /// How long released files stay readable.
+    pub retention: Duration,
+    /// Between sweeps; zero: only at start-up.
+    pub sweep_interval: Duration,
+    /// Unnamed files younger than this are left to a later sweep.
+    pub sweep_grace: Duration,
+}
+
+impl Default for JanitorOptions {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(600),
+            sweep_interval: Duration::from_secs(600),
+            sweep_grace: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Deletes released files when due.
+#[derive(Debug, Clone)]
+pub struct Janitor {
+    runtime: Arc<RuntimeEnv>,
+    options: JanitorOptions,
+    due: Arc<Mutex<VecDeque<(Instant, Released)>>>,
+}
+
+/// What a sweep removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub files: usize,
+    pub versions: usize,
+}
+
+impl Janitor {
+    pub fn new(runtime: Arc<RuntimeEnv>, options: JanitorOptions) -> Self {
+        Self {
+            runtime,
+            options,
+            due: Arc::default(),
+        }
+    }
+
+    pub fn options(&self) -> JanitorOptions {
+        self.options
+    }
+
+    /// Deletes `released` once the retention has passed.
+    pub fn release(&self, released: Vec<Released>) {
+        if released.is_empty() {
+            return;
+        }
+        let at = Instant::now() + self.options.retention;
+        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        due.extend(released.into_iter().map(|r| (at, r)));
+    }
+
+    /// The files released and not yet deleted.
+    fn pending(&self) -> HashSet<Path> {
+        let due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        due.iter().flat_map(|(_, r)| r.paths()).collect()
+    }
+
+    /// Deletes the released files whose retention has passed.
+    pub async fn delete_due(&self) {
+        let now = Instant::now();
+        let ready: Vec<Released> = {
+            let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+            let mut ready = vec![];
+            while due.front().is_some_and(|(at, _)| *at <= now) {
+                ready.extend(due.pop_front().map(|(_, r)| r));
+            }
+            ready
+        };
+        for released in ready {
+            if let Err(e) = self.delete(&released).await {
+                tracing::warn!(dir = %released.dir, "deleting released files: {}", e.message());
+            }
+        }
+    }
+
+    async fn delete(&self, released: &Released) -> Result<(), Status> {
+        let store = self
+            .runtime
+            .object_store(&released.dir)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        for path in released.paths() {
+            match store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(store_status("deleting a released file", &e)),
+            }
+        }
+        if released.dropped && released.dir.scheme() == "file" {
+            let _ = std::fs::remove_dir(format!("/{}", released.dir.prefix()));
+        }
+        Ok(())
+    }
+}
+
+/// Deletes the files under the warehouse's table areas that `catalog`
+/// names nowhere and nobody writes (see the module comment).
+pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Status> {
+    let warehouse = catalog.warehouse();
+    let options = catalog.janitor().options;
+    // Writes first, then the version: a write that ends between the two
+    // committed before it ended, so the version read after names its files.
+    let writing: Vec<String> = catalog
+        .writes_in_progress()
+        .into_iter()
+        .map(|id| WriteTarget::part_prefix(&id))
+        .collect();
+    let mut named = catalog.janitor().pending();
+    let current = catalog.current();
+    let tables = current
+        .entries
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Managed(t) => Some(t.clone()),
+            _ => None,
+        })
+        .chain(catalog.temporary_tables());
+    let mut live_dirs = HashSet::new();
+    for table in tables {
+        let dir = warehouse.table_url(&table.location)?;
+        live_dirs.insert(dir.prefix().clone());
+        named.extend(
+            table
+                .files
+                .iter()
+                .map(|f| dir.prefix().clone().join(f.name.as_str())),
+        );
+    }
+    let cutoff: DateTime<Utc> = (SystemTime::now() - options.sweep_grace).into();
+    let mut swept = Swept::default();
+    for area in FILE_AREAS {
+        let listed: Vec<_> = warehouse
+            .store()
+            .list(Some(&warehouse.path(area)))
+            .try_collect()
+            .await
+            .map_err(|e| store_status("listing the warehouse", &e))?;
+        for file in listed {
+            let name = file.location.filename().unwrap_or_default();
+            let being_written = writing
+                .iter()
+                .any(|prefix| name.starts_with(prefix.as_str()));
+            if named.contains(&file.location) || being_written || file.last_modified > cutoff {
+                continue;
+            }
+            match warehouse.store().delete(&file.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => swept.files += 1,
+                Err(e) => return Err(store_status("deleting an unnamed file", &e)),
+            }
+        }
+    }
+    if let Some(root) = warehouse.local_dir() {
+        swept.files += sweep_local_leftovers(root, &live_dirs, &writing, options.sweep_grace);
+    }
+    swept.versions = catalog.prune_versions(VERSIONS_KEPT).await?;
+    if swept.files > 0 {
+        tracing::info!(files = swept.files, "swept files no catalog version names");
+    }
+    metrics::counter!(crate::metrics::SWEPT_FILES).increment(swept.files as u64);
+    Ok(swept)
+}
+
+/// On a local warehouse: staging files of uploads cut short (the store's
+/// listing hides them) and the empty directories of tables that are gone.
+fn sweep_local_leftovers(
+    root: &std::path::Path,
+    live_dirs: &HashSet<Path>,
+    writing: &[String],
+    grace: Duration,
+) -> usize {
+    let mut removed = 0;
+    for area in FILE_AREAS {
+        let Ok(dirs) = std::fs::read_dir(root.join(area)) else {
+            continue;
+        };
+        for dir in dirs.flatten() {
+            let path = dir.path();
+            let Ok(files) = std::fs::read_dir(&path) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let name = file.file_name().to_string_lossy().to_string();
+                let staging = name.contains('#');
+                let old = file
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().unwrap_or_default() >= grace);
+                let written = writing.iter().any(|p| name.starts_with(p.as_str()));
+                if staging && old && !written && std::fs::remove_file(file.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+            let object_path = Path::from_absolute_path(&path).ok();
+            let live = object_path.is_some_and(|p| live_dirs.contains(&p));
+            if !live {
+                // Only succeeds once empty.
+                let _ = std::fs::remove_dir(&path);
+            }
+        }
+    }
+    removed
+}
+
+/// Runs the janitor for `catalog` until the process ends: released files
+/// deleted when due, versions committed elsewhere taken in, and the sweep.
+pub fn spawn(catalog: Arc<WarehouseCatalog>, ctx: SessionContext) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let options = catalog.janitor().options;
+        let mut last_refresh = Instant::now();
+        let mut last_sweep = Instant::now();
+        if let Err(e) = sweep(&catalog).await {
+            tracing::warn!("sweeping the warehouse: {}", e.message());
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            catalog.janitor().delete_due().await;
+            if last_refresh.elapsed() >= REFRESH_INTERVAL {
+                last_refresh = Instant::now();
+                if let Err(e) = catalog.refresh(&ctx).await {
+                    tracing::warn!("looking for newer catalog versions: {}", e.message());
+                }
+            }
+            if !options.sweep_interval.is_zero() && last_sweep.elapsed() >= options.sweep_interval {
+                last_sweep = Instant::now();
+                if let Err(e) = sweep(&catalog).await {
+                    tracing::warn!("sweeping the warehouse: {}", e.message());
+                }
+            }
+        }
+    })
+}
