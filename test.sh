@@ -41,6 +41,11 @@ fi
 if [ ! -x integration/.gcs/fake-gcs-server ]; then
     GOBIN="$PWD/integration/.gcs" go install github.com/fsouza/fake-gcs-server@v1.56.1
 fi
+# toxiproxy (a TCP proxy adding latency and a bandwidth cap between the
+# hosts of the multi-host tests), from the Go module proxy.
+if [ ! -x integration/.toxiproxy/server ]; then
+    GOBIN="$PWD/integration/.toxiproxy" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
+fi
 "$venv/bin/python" -m pytest integration/python -q -p no:cacheprovider
 
 echo "== JDBC client tests"

@@ -396,26 +396,12 @@ async fn reconcile(
             let _ = ctx.deregister_table(gone.name());
         }
     }
-    let mut failed = vec![];
-    for entry in next {
-        let Entry::Managed(table) = entry else {
-            continue;
-        };
-        let old = match before.get(table.name.as_str()) {
-            Some(Entry::Managed(old)) if old == table => continue,
-            Some(Entry::Managed(old)) => Some(old),
-            _ => None,
-        };
-        if let Err(e) = show_managed(warehouse, ctx, table, old).await {
-            failed.push((table.name.clone(), e));
-        }
-    }
-    // Definitions in order; one that reads an entry defined after it (a
-    // view kept before the table it reads) is tried again once the others
-    // are in.
+    // In order (a schema before its tables, a table before the views
+    // reading it); an entry that needs one kept after it (a view kept
+    // before the table it reads, which moved to the end when it was
+    // replaced) is tried again once the others are in.
     let mut pending: Vec<&Entry> = next
         .iter()
-        .filter(|e| matches!(e, Entry::Defined { .. }))
         .filter(|e| Some(e.name()) != shown)
         .filter(|e| before.get(e.name()) != Some(e))
         .collect();
@@ -424,22 +410,40 @@ async fn reconcile(
         let mut retry = vec![];
         let mut errors = vec![];
         for entry in pending {
-            let Entry::Defined { name, sql, schema } = entry else {
-                continue;
-            };
-            if before.contains_key(name.as_str()) && is_table_entry(entry) {
-                let _ = ctx.deregister_table(name.as_str());
-            }
-            if let Err(e) = register_defined(ctx, sql, schema).await {
+            if let Err(e) = show(warehouse, ctx, entry, before.get(entry.name()).copied()).await {
                 retry.push(entry);
-                errors.push((name.clone(), e));
+                errors.push((entry.name().to_string(), e));
             }
         }
         if retry.is_empty() || retry.len() == tried {
-            failed.extend(errors);
-            return failed;
+            return errors;
         }
         pending = retry;
+    }
+}
+
+/// Registers `entry` in `ctx`, in place of `old` (the entry of its name
+/// in the version shown until now).
+async fn show(
+    warehouse: &Warehouse,
+    ctx: &SessionContext,
+    entry: &Entry,
+    old: Option<&Entry>,
+) -> Result<(), Status> {
+    match entry {
+        Entry::Managed(table) => {
+            let old = match old {
+                Some(Entry::Managed(old)) => Some(old),
+                _ => None,
+            };
+            show_managed(warehouse, ctx, table, old).await
+        }
+        Entry::Defined { name, sql, schema } => {
+            if old.is_some() && is_table_entry(entry) {
+                let _ = ctx.deregister_table(name.as_str());
+            }
+            register_defined(ctx, sql, schema).await
+        }
     }
 }
 

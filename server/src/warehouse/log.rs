@@ -46,7 +46,9 @@ fn version_of(name: &str) -> Option<u64> {
 }
 
 /// A store failure as the status a client reads: out of space is
-/// RESOURCE_EXHAUSTED, a store that could not be reached UNAVAILABLE.
+/// RESOURCE_EXHAUSTED, a refusal PERMISSION_DENIED, and a store that could
+/// not be reached or failed (network errors, server errors after the
+/// retries) UNAVAILABLE.
 pub fn store_status(what: &str, e: &object_store::Error) -> Status {
     let message = format!("{what}: {e}");
     match e {
@@ -54,9 +56,11 @@ pub fn store_status(what: &str, e: &object_store::Error) -> Status {
         object_store::Error::PermissionDenied { .. }
         | object_store::Error::Unauthenticated { .. } => Status::permission_denied(message),
         object_store::Error::Generic { source, .. } => match io_kind(source.as_ref()) {
-            Some(std::io::ErrorKind::StorageFull) => Status::resource_exhausted(message),
-            Some(_) => Status::internal(message),
-            None => Status::unavailable(message),
+            Some(std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) => {
+                Status::resource_exhausted(message)
+            }
+            Some(std::io::ErrorKind::PermissionDenied) => Status::permission_denied(message),
+            _ => Status::unavailable(message),
         },
         _ => Status::internal(message),
     }

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use super::failpoint::{Failpoint, Fault};
+use super::missing_files::missing_file;
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use super::stage_plans::{StageAttempt, StagePlanLease, StagePlans};
 use crate::client::PeerClients;
@@ -46,6 +47,8 @@ pub struct PreparedTask {
     stream_keys: Vec<StreamKey>,
     entry: TaskEntry,
     task_ctx: Arc<TaskContext>,
+    /// The URL the coordinator knows this worker by (for errors).
+    own_url: String,
     /// Shares the decoded stage plan with this stage's other tasks here
     /// until the task ends.
     stage_plan: StagePlanLease,
@@ -230,6 +233,7 @@ impl TaskRunner {
             stream_keys,
             entry,
             task_ctx,
+            own_url: request.own_url.clone(),
             stage_plan,
             panic: fault == Some(Fault::Panic),
         })
@@ -251,10 +255,12 @@ impl TaskRunner {
             writer,
             entry,
             task_ctx: ctx,
+            own_url,
             stage_plan,
             panic,
             ..
         } = task;
+        let scanned = (Arc::clone(&plan), Arc::clone(&ctx));
         let task = async move {
             let _shared_while_running = stage_plan;
             let started = std::time::Instant::now();
@@ -276,6 +282,13 @@ impl TaskRunner {
                     ..status(&key, TaskState::Cancelled)
                 },
                 result = run => match result {
+                    Ok(Err(e)) if !is_upstream(&e) => {
+                        let (plan, ctx) = &scanned;
+                        match missing_file(plan, ctx).await {
+                            Some(file) => not_found(&key, &own_url, &file),
+                            None => final_status(&key, Err(e)),
+                        }
+                    }
                     Ok(result) => final_status(&key, result),
                     Err(panic) => panicked(&key, panic.as_ref()),
                 },
@@ -337,6 +350,20 @@ fn check_versions(request: &RunTaskRequest) -> Result<(), Status> {
         )));
     }
     Ok(())
+}
+
+/// A task that failed because `file` is not where its scan looked on
+/// this worker.
+fn not_found(key: &AttemptKey, worker: &str, file: &str) -> TaskStatus {
+    TaskStatus {
+        message: format!(
+            "worker {worker} cannot read {file}: there is no such file on that worker's host \
+             (a table's files must be reachable by every worker: an object store or a shared \
+             volume)"
+        ),
+        code: tonic::Code::NotFound as i32,
+        ..status(key, TaskState::Failed)
+    }
 }
 
 fn panicked(key: &AttemptKey, panic: &(dyn std::any::Any + Send)) -> TaskStatus {
