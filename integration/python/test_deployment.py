@@ -97,6 +97,28 @@ def test_the_config_files_are_accepted_by_the_binaries(tmp_path):
     assert done.returncode != 0 and "workers-dnss" in done.stderr
 
 
+def test_coordinator_and_workers_share_a_warehouse_no_volume_holds():
+    import tomllib
+
+    config = next(doc for _, doc in documents() if doc["kind"] == "ConfigMap")
+    coordinator = tomllib.loads(config["data"]["coordinator.toml"])
+    worker = tomllib.loads(config["data"]["worker.toml"])
+    # Created tables are written by the workers and committed by the
+    # coordinator: both name the same warehouse, in an object store (a
+    # pod's volume is its own), with the same store options.
+    assert coordinator["warehouse"] == worker["warehouse"]
+    assert re.match(r"^(s3|gs|az|abfss)://", coordinator["warehouse"])
+    assert coordinator.get("store", []) == worker.get("store", [])
+    assert {"--warehouse", "--store"} <= flags_of("squadron-server")
+    assert {"--warehouse", "--store"} <= flags_of("squadron-worker")
+    # Their credentials come from the same optional Secret.
+    secrets = [
+        [e["secretRef"]["name"] for e in container.get("envFrom", [])]
+        for _, container in containers()
+    ]
+    assert all(s == ["squadron-object-store"] for s in secrets), secrets
+
+
 def test_the_dockerfile_builds_both_binaries_from_the_repository():
     parser = DockerfileParser(path=str(DEPLOY / "Dockerfile"))
     instructions = parser.structure

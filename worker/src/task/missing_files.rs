@@ -28,7 +28,10 @@ pub async fn missing_file(plan: &Arc<dyn ExecutionPlan>, ctx: &TaskContext) -> O
     collect_scans(plan, &mut scans);
     let mut looked_up = 0;
     for scan in scans {
-        let store = ctx.runtime_env().object_store(&scan.object_store_url).ok()?;
+        let store = ctx
+            .runtime_env()
+            .object_store(&scan.object_store_url)
+            .ok()?;
         for file in scan.file_groups.iter().flat_map(|g| g.iter()) {
             if looked_up == MAX_LOOKUPS {
                 return None;
