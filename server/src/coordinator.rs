@@ -522,6 +522,16 @@ impl Coordinator {
             .map_err(|e| to_status(&e))
     }
 
+    /// A physical plan made ready to run as a job (here or on the
+    /// workers), as a query's would be.
+    pub fn plan_job(
+        &self,
+        session: &Arc<Session>,
+        plan: Arc<dyn ExecutionPlan>,
+    ) -> Result<PlannedQuery, Status> {
+        self.planned(session, plan, session.changed_settings())
+    }
+
     /// Plans writing `rows` into a created table: the tasks that compute
     /// them write part files (`TableWriteExec`) and answer only what they
     /// wrote. Those answers are gathered and sorted before any leaves the

@@ -41,6 +41,7 @@ const PARTITION_LOCAL: &[&str] = &[
     "PlaceholderRowExec",
     "ProjectionExec",
     "RepartitionExec",
+    "SinkWriteExec",
     "SortExec",
     "SortMergeJoinExec",
     "SortPreservingMergeExec",

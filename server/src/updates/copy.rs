@@ -1,8 +1,9 @@
 //! `COPY (query) TO 'location' STORED AS …`: the query runs on the
-//! workers like any other; the coordinator writes what it returns with
-//! DataFusion's own file sinks, so formats, options and `PARTITIONED BY`
-//! behave exactly as on single-node DataFusion. The location is confined
-//! to `--data-root` like external tables.
+//! workers like any other, and the tasks write its rows with DataFusion's
+//! own file sinks (`sinks`), so formats, options and `PARTITIONED BY`
+//! behave exactly as on single-node DataFusion. A sink that cannot run in
+//! the tasks (Arrow IPC, Avro) writes on the coordinator from the job's
+//! rows. The location is confined to `--data-root` like external tables.
 
 use std::sync::Arc;
 
@@ -31,17 +32,26 @@ pub async fn copy_to(
     copy: CopyTo,
 ) -> Result<u64, Status> {
     coord.check_copy_location(&copy.output_url)?;
-    let input = coord
-        .plan_for_writing(session, (*copy.input).clone())
-        .await?;
-    let schema = input.schema.clone();
-    let rows = run_query(coord, input).await?;
     let written = copy.output_url.clone();
-    let plan = LogicalPlan::Copy(CopyTo {
-        input: Arc::new(scan_of_rows(schema, rows)?),
-        ..copy
-    });
-    let rows = run_sink(session, plan).await?;
+    let statement = LogicalPlan::Copy(copy);
+    let rows = match super::sinks::write_in_tasks(coord, session, &statement).await? {
+        Some(rows) => rows,
+        None => {
+            let LogicalPlan::Copy(copy) = statement else {
+                unreachable!("made above");
+            };
+            let input = coord
+                .plan_for_writing(session, (*copy.input).clone())
+                .await?;
+            let schema = input.schema.clone();
+            let rows = run_query(coord, input).await?;
+            let plan = LogicalPlan::Copy(CopyTo {
+                input: Arc::new(scan_of_rows(schema, rows)?),
+                ..copy
+            });
+            run_sink(session, plan).await?
+        }
+    };
     super::forget_listings_around(coord, &written);
     Ok(rows)
 }

@@ -15,6 +15,7 @@ pub mod copy;
 pub mod ingest;
 mod rewrite;
 mod schemas;
+mod sinks;
 pub mod table_writes;
 
 use std::sync::Arc;
@@ -448,18 +449,27 @@ async fn insert(
                 .table_provider(table_name)
                 .await
                 .map_err(|e| to_status(&e))?;
-            let input = coord
-                .plan_for_writing(session, (*dml.input).clone())
-                .await?;
-            let schema = input.schema.clone();
-            let batches = run_query(coord, input).await?;
-            let dml = DmlStatement::new(
-                dml.table_name,
-                dml.target,
-                dml.op,
-                Arc::new(copy::scan_of_rows(schema, batches)?),
-            );
-            let rows = copy::run_sink(session, LogicalPlan::Dml(dml)).await?;
+            let statement = LogicalPlan::Dml(dml);
+            let rows = match sinks::write_in_tasks(coord, session, &statement).await? {
+                Some(rows) => rows,
+                None => {
+                    let LogicalPlan::Dml(dml) = statement else {
+                        unreachable!("made above");
+                    };
+                    let input = coord
+                        .plan_for_writing(session, (*dml.input).clone())
+                        .await?;
+                    let schema = input.schema.clone();
+                    let batches = run_query(coord, input).await?;
+                    let dml = DmlStatement::new(
+                        dml.table_name,
+                        dml.target,
+                        dml.op,
+                        Arc::new(copy::scan_of_rows(schema, batches)?),
+                    );
+                    copy::run_sink(session, LogicalPlan::Dml(dml)).await?
+                }
+            };
             forget_listing(coord, table.as_ref());
             Ok(rows)
         }

@@ -16,13 +16,13 @@ use datafusion_proto::physical_plan::{
 use prost::Message;
 use squadron_proto::v1::squadron_plan_node::Node;
 use squadron_proto::v1::{
-    ConstantColumn, ReadMode, RecursiveQueryNode, RowFlag as WireRowFlag, SquadronPlanNode,
-    StageReadNode, TableWriteNode, WorkTableNode,
+    ConstantColumn, ReadMode, RecursiveQueryNode, RowFlag as WireRowFlag, SinkWriteNode,
+    SquadronPlanNode, StageReadNode, TableWriteNode, WorkTableNode,
 };
 
 use super::stage_read::StageReadExec;
 use super::top_k;
-use crate::write::{RowFlag, StoredFormat, TableWriteExec, WriteTarget};
+use crate::write::{RowFlag, SinkWriteExec, StoredFormat, TableWriteExec, WriteTarget};
 
 /// Encodes and decodes the nodes datafusion-proto leaves to extensions:
 /// `StageReadExec` placeholders, a recursive query's two nodes (which
@@ -79,6 +79,22 @@ impl PhysicalExtensionCodec for SquadronCodec {
                 };
                 decode_table_write(write, input)
             }
+            Some(Node::SinkWrite(write)) => {
+                let [input] = inputs else {
+                    return internal_err!("SinkWriteExec has one input, got {}", inputs.len());
+                };
+                let holder =
+                    datafusion_proto::bytes::physical_plan_from_bytes_with_proto_converter(
+                        &write.holder,
+                        ctx,
+                        self,
+                        proto_converter,
+                    )?;
+                Ok(Arc::new(SinkWriteExec::from_holder(
+                    holder,
+                    Arc::clone(input),
+                )?))
+            }
             None => internal_err!("empty SquadronPlanNode"),
         }
     }
@@ -106,6 +122,15 @@ impl PhysicalExtensionCodec for SquadronCodec {
             Node::PartitionedTopK(top_k::encode(top_k, self, proto_converter)?)
         } else if let Some(write) = node.downcast_ref::<TableWriteExec>() {
             Node::TableWrite(encode_table_write(write.target())?)
+        } else if let Some(write) = node.downcast_ref::<SinkWriteExec>() {
+            let holder = datafusion_proto::bytes::physical_plan_to_bytes_with_proto_converter(
+                Arc::clone(write.holder()),
+                self,
+                proto_converter,
+            )?;
+            Node::SinkWrite(SinkWriteNode {
+                holder: holder.to_vec(),
+            })
         } else {
             return internal_err!("cannot encode {} with the Squadron codec", node.name());
         };

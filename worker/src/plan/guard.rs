@@ -11,13 +11,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use datafusion::datasource::file_format::csv::CsvSink;
+use datafusion::datasource::file_format::json::JsonSink;
+use datafusion::datasource::file_format::parquet::ParquetSink;
 use datafusion::datasource::physical_plan::FileScanConfig;
-use datafusion::datasource::sink::DataSinkExec;
+use datafusion::datasource::physical_plan::{FileSink, FileSinkConfig};
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::ExecutionPlan;
 use tonic::Status;
 
-use crate::write::TableWriteExec;
+use crate::write::{SinkWriteExec, TableWriteExec};
 
 /// Where a worker's plans may read files.
 #[derive(Debug, Clone, Default)]
@@ -107,11 +111,16 @@ pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<()
         ));
     }
     if let Some(write) = plan.downcast_ref::<TableWriteExec>() {
-        let url = &write.target().table_url;
-        if !roots.allows_writing(url) {
-            return Err(Status::permission_denied(format!(
-                "the plan writes {url}, outside this worker's --data-root and --warehouse"
-            )));
+        check_write(&write.target().table_url, roots)?;
+    }
+    if let Some(write) = plan.downcast_ref::<SinkWriteExec>() {
+        let Some(config) = file_sink_config(write.sink().sink()) else {
+            return Err(Status::permission_denied(
+                "task plans write only through DataFusion's file sinks",
+            ));
+        };
+        for path in &config.table_paths {
+            check_write(path.as_str(), roots)?;
         }
     }
     if let Some(source) = plan.downcast_ref::<DataSourceExec>() {
@@ -134,6 +143,26 @@ pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<()
         check_plan(child, roots)?;
     }
     Ok(())
+}
+
+fn check_write(url: &str, roots: &DataRoots) -> Result<(), Status> {
+    if roots.allows_writing(url) {
+        return Ok(());
+    }
+    Err(Status::permission_denied(format!(
+        "the plan writes {url}, outside this worker's --data-root and --warehouse"
+    )))
+}
+
+/// Where a file sink writes, for the sinks Squadron runs in tasks.
+fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
+    if let Some(parquet) = sink.downcast_ref::<ParquetSink>() {
+        return Some(parquet.config());
+    }
+    if let Some(csv) = sink.downcast_ref::<CsvSink>() {
+        return Some(csv.config());
+    }
+    sink.downcast_ref::<JsonSink>().map(|json| json.config())
 }
 
 /// `path` made absolute, with its longest existing prefix canonicalized

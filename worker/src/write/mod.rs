@@ -1,14 +1,18 @@
-//! Writing created tables: the tasks that compute a statement's rows write
-//! them as part files straight into the table's store (`TableWriteExec`),
-//! and the coordinator commits the files they report.
+//! Writing from the tasks: the tasks that compute a statement's rows write
+//! them as part files straight into a created table's store
+//! (`TableWriteExec`), and the coordinator commits the files they report;
+//! COPY and INSERT into external tables run DataFusion's file sinks in
+//! every task (`SinkWriteExec`).
 
 pub mod parquet_layout;
 pub mod part_file;
+pub mod sink_write;
 pub mod table_rows;
 pub mod table_write;
 pub mod written;
 
 pub use part_file::{PartFile, PartTarget, WrittenFile};
+pub use sink_write::SinkWriteExec;
 pub use table_rows::{as_table_rows, check_storable, StoredFormat};
 pub use table_write::{PartitionWriter, RowFlag, TableWriteExec, WriteTarget};
 pub use written::{read_written, written_schema, Written};
