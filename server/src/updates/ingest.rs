@@ -126,8 +126,7 @@ where
                 id: table.id,
                 files: files.clone(),
             };
-            catalog.commit(coord.session(), change).await?;
-            write.committed(&files);
+            write.commit(coord.session(), change, &files).await?;
             Ok(written.rows())
         }
     }

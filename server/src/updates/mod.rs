@@ -330,15 +330,13 @@ impl NewTable {
             keys: declared.keys,
             defaults: declared.defaults,
         };
-        let catalog = catalog(coord)?;
+        let ctx = coord.session();
         if self.temporary {
-            catalog.create_temporary(coord.session(), table).await?;
+            self.write.create_temporary(ctx, table, &files).await?;
         } else {
-            catalog
-                .commit(coord.session(), Change::Create { table, replace })
-                .await?;
+            let change = Change::Create { table, replace };
+            self.write.commit(ctx, change, &files).await?;
         }
-        self.write.committed(&files);
         Ok(written.rows())
     }
 }
@@ -503,8 +501,7 @@ async fn insert_into_created(
         id: table.id,
         files: files.clone(),
     };
-    catalog.commit(coord.session(), change).await?;
-    write.committed(&files);
+    write.commit(coord.session(), change, &files).await?;
     Ok(written.rows())
 }
 

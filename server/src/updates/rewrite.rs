@@ -96,8 +96,7 @@ pub async fn update_or_delete(
         removed: read,
         added: files.clone(),
     };
-    catalog(coord)?.commit(coord.session(), change).await?;
-    write.committed(&files);
+    write.commit(coord.session(), change, &files).await?;
     Ok(written.flagged)
 }
 

@@ -23,10 +23,12 @@ use object_store::ObjectStoreExt;
 use squadron_worker::write::{read_written, RowFlag, StoredFormat, WriteTarget, Written};
 use tonic::Status;
 
-use crate::catalog::persisted::DataFile;
+use crate::catalog::persisted::{DataFile, Managed};
 use crate::coordinator::Coordinator;
 use crate::session::Session;
+use crate::warehouse::changes::Change;
 use crate::warehouse::WarehouseCatalog;
+use datafusion::prelude::SessionContext;
 
 /// A straggling task of a failed write (its worker cut off, say) may still
 /// finish a file after the statement ended: the files of a write that did
@@ -119,10 +121,59 @@ impl PendingWrite {
             .collect()
     }
 
-    /// The statement committed `files`: the write's other files (of task
-    /// attempts that failed) can go.
-    pub fn committed(mut self, files: &[DataFile]) {
-        self.committed = Some(files.iter().map(|f| f.name.clone()).collect());
+    /// Commits `change`, which names this write's `files`; then the
+    /// write's other files (of task attempts that failed) go, or all of
+    /// them if the commit failed. Runs to its end even if the statement is
+    /// dropped meanwhile (its client hung up): the files a commit names
+    /// are never removed.
+    pub async fn commit(
+        self,
+        ctx: &SessionContext,
+        change: Change,
+        files: &[DataFile],
+    ) -> Result<(), Status> {
+        let ctx = ctx.clone();
+        self.finish(files, |catalog| async move {
+            catalog.commit_now(&ctx, change, None).await
+        })
+        .await
+    }
+
+    /// Registers `table` (made of this write's `files`) as a temporary
+    /// table, as `commit` commits.
+    pub async fn create_temporary(
+        self,
+        ctx: &SessionContext,
+        table: Managed,
+        files: &[DataFile],
+    ) -> Result<(), Status> {
+        let ctx = ctx.clone();
+        self.finish(files, |catalog| async move {
+            catalog.create_temporary(&ctx, table).await
+        })
+        .await
+    }
+
+    /// When dropped, remove the write's files but these.
+    fn keep(&mut self, names: HashSet<String>) {
+        self.committed = Some(names);
+    }
+
+    async fn finish<F, R>(mut self, files: &[DataFile], commit: F) -> Result<(), Status>
+    where
+        F: FnOnce(Arc<WarehouseCatalog>) -> R + Send + 'static,
+        R: std::future::Future<Output = Result<(), Status>> + Send,
+    {
+        let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
+        tokio::spawn(async move {
+            let result = commit(Arc::clone(&self.catalog)).await;
+            if result.is_ok() {
+                self.keep(names);
+            }
+            result
+        })
+        .await
+        .map_err(|e| Status::internal(format!("committing: {e}")))?
     }
 }
 
@@ -139,9 +190,10 @@ impl Drop for PendingWrite {
         };
         runtime.spawn(async move {
             let prefix = WriteTarget::part_prefix(&write_id);
+            let committed = keep.is_some();
             let keep = keep.unwrap_or_default();
             let removed = remove_files(&store, &dir, &prefix, &keep).await;
-            if keep.is_empty() {
+            if !committed {
                 // Not committed: its tasks were stopped; look once more for
                 // a file one of them finished after this.
                 tokio::time::sleep(SECOND_CLEAN_UP).await;

@@ -191,7 +191,9 @@ impl WarehouseCatalog {
             .map_err(|e| Status::internal(format!("committing: {e}")))?
     }
 
-    async fn commit_now(
+    /// Commits `change` in the calling task (see `commit`); the caller
+    /// must see it through even if its own caller goes away.
+    pub(crate) async fn commit_now(
         &self,
         ctx: &SessionContext,
         change: Change,

@@ -39,8 +39,10 @@ pub async fn missing_file(plan: &Arc<dyn ExecutionPlan>, ctx: &TaskContext) -> O
             looked_up += 1;
             let location = &file.object_meta.location;
             if let Err(object_store::Error::NotFound { .. }) = store.head(location).await {
-                let store_url = scan.object_store_url.as_str().trim_end_matches('/');
-                return Some(format!("{store_url}/{location}"));
+                // `file:///` + `tmp/t.parquet`, `s3://bucket/` + `path`.
+                let store_url = scan.object_store_url.as_str();
+                let separator = if store_url.ends_with('/') { "" } else { "/" };
+                return Some(format!("{store_url}{separator}{location}"));
             }
         }
     }
