@@ -21,15 +21,16 @@ Needs root (network namespaces), a release build and toxiproxy
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "integration" / "python"))
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
 import hosts  # noqa: E402
-from conftest import Process, tpch_query  # noqa: E402
+from warehouse_writes import tpch_tables  # noqa: E402
 
 TPCH = ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"]
 TOXIPROXY = REPO / "integration" / ".toxiproxy" / "server"
@@ -52,11 +53,7 @@ def main():
     if reason:
         sys.exit(f"cannot make hosts here: {reason}")
     bin_dir = pathlib.Path(args.bin_dir)
-    data_dir = pathlib.Path(args.data_dir).resolve()
-    tables_dir = data_dir / f"tpch-sf{args.scale}"
-    if not tables_dir.exists():
-        Process([str(bin_dir / "squadron-server"), "--demo", "--demo-scale", args.scale,
-                 "--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]).stop()
+    tables_dir = tpch_tables(bin_dir, args.data_dir, args.scale)
     net = hosts.Network("sqb")
     try:
         results = run(net, bin_dir, tables_dir, args)

@@ -36,6 +36,16 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
                "AWS_REGION": REGION}
 
 
+def tpch_tables(bin_dir, data_dir, scale):
+    """The directory of the TPC-H Parquet files `squadron-server --demo`
+    generates into `data_dir` (made first if missing)."""
+    tables_dir = pathlib.Path(data_dir).resolve() / f"tpch-sf{scale}"
+    if not tables_dir.exists():
+        Process([str(bin_dir / "squadron-server"), "--demo", "--demo-scale", scale,
+                 "--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]).stop()
+    return tables_dir
+
+
 def cpu_seconds(pid):
     """User + system CPU seconds of a process so far."""
     fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -97,11 +107,7 @@ def main():
     import boto3
 
     bin_dir = pathlib.Path(args.bin_dir)
-    data_dir = pathlib.Path(args.data_dir).resolve()
-    tables_dir = data_dir / f"tpch-sf{args.scale}"
-    if not tables_dir.exists():
-        Process([str(bin_dir / "squadron-server"), "--demo", "--demo-scale", args.scale,
-                 "--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]).stop()
+    tables_dir = tpch_tables(bin_dir, args.data_dir, args.scale)
     port = free_port()
     moto = start_moto(port, auth_after=None)
     endpoint = f"http://127.0.0.1:{port}"

@@ -14,15 +14,14 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::TableReference;
 use futures::{Stream, TryStreamExt};
 use squadron_worker::error::to_status;
-use squadron_worker::write::{PartitionWriter, RowFlag, StoredFormat, WriteTarget, Written};
+use squadron_worker::write::{PartitionWriter, WriteTarget, Written};
 use tonic::Status;
 
-use super::table_writes::{catalog_of as catalog, PendingWrite};
+use super::table_writes::{catalog_of as catalog, Append};
 use super::{already_exists, exists, full_name, NewTable};
 use crate::catalog::persisted::{Declared, Entry};
 use crate::coordinator::Coordinator;
 use crate::session::Session;
-use crate::warehouse::changes::Change;
 
 /// What to do with the rows, given whether the table exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,25 +108,9 @@ where
                     schema.fields().len()
                 )));
             }
-            let format = StoredFormat::from_name(&table.format)
-                .ok_or_else(|| Status::internal(format!("{name}: unknown format")))?;
-            let catalog = catalog(coord)?;
-            let write =
-                PendingWrite::start(coord, catalog.warehouse().table_url(&table.location)?)?;
-            let written = write_here(
-                coord,
-                write.target(format, &columns, RowFlag::None),
-                batches,
-            )
-            .await?;
-            let files = write.data_files(&written)?;
-            let change = Change::Append {
-                name: table.name,
-                id: table.id,
-                files: files.clone(),
-            };
-            write.commit(coord.session(), change, &files).await?;
-            Ok(written.rows())
+            let append = Append::start(coord, table)?;
+            let written = write_here(coord, append.target(), batches).await?;
+            append.commit(coord, &written).await
         }
     }
 }

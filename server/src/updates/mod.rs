@@ -43,7 +43,7 @@ use crate::session::Session;
 use crate::warehouse::changes::Change;
 use crate::warehouse::Warehouse;
 use squadron_worker::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
-use table_writes::{catalog_of as catalog, write_rows, PendingWrite};
+use table_writes::{catalog_of as catalog, write_rows, Append, PendingWrite};
 
 /// Whether `plan` is a statement `run_update` executes.
 pub fn is_update(plan: &LogicalPlan) -> bool {
@@ -447,27 +447,7 @@ async fn insert(
                 .table_provider(table_name)
                 .await
                 .map_err(|e| to_status(&e))?;
-            let statement = LogicalPlan::Dml(dml);
-            let rows = match sinks::write_in_tasks(coord, session, &statement).await? {
-                Some(rows) => rows,
-                None => {
-                    let LogicalPlan::Dml(dml) = statement else {
-                        unreachable!("made above");
-                    };
-                    let input = coord
-                        .plan_for_writing(session, (*dml.input).clone())
-                        .await?;
-                    let schema = input.schema.clone();
-                    let batches = run_query(coord, input).await?;
-                    let dml = DmlStatement::new(
-                        dml.table_name,
-                        dml.target,
-                        dml.op,
-                        Arc::new(copy::scan_of_rows(schema, batches)?),
-                    );
-                    copy::run_sink(session, LogicalPlan::Dml(dml)).await?
-                }
-            };
+            let rows = sinks::write_with_sink(coord, session, LogicalPlan::Dml(dml)).await?;
             forget_listing(coord, table.as_ref());
             Ok(rows)
         }
@@ -486,23 +466,10 @@ async fn insert_into_created(
     dml: &DmlStatement,
     table: Managed,
 ) -> Result<u64, Status> {
-    let catalog = catalog(coord)?;
-    let schema = table.schema()?;
-    let format = StoredFormat::from_name(&table.format)
-        .ok_or_else(|| Status::internal(format!("{}: unknown format", table.name)))?;
-    let dir = catalog.warehouse().table_url(&table.location)?;
-    let write = PendingWrite::start(coord, dir)?;
+    let append = Append::start(coord, table)?;
     let rows = coord.plan_rows_to_write(session, &dml.input).await?;
-    let target = write.target(format, &schema, RowFlag::None);
-    let written = write_rows(coord, session, rows, target).await?;
-    let files = write.data_files(&written)?;
-    let change = Change::Append {
-        name: table.name,
-        id: table.id,
-        files: files.clone(),
-    };
-    write.commit(coord.session(), change, &files).await?;
-    Ok(written.rows())
+    let written = write_rows(coord, session, rows, append.target()).await?;
+    append.commit(coord, &written).await
 }
 
 /// Drops the cached file listing of `table`, so the next query sees the

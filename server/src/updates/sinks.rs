@@ -4,8 +4,8 @@
 //! the rows they answer.
 //!
 //! A sink whose files must come from one writer (COPY into one file) gets
-//! one task. Sinks datafusion-proto cannot encode (Arrow IPC, Avro) are
-//! run by the caller on the coordinator instead.
+//! one task. Sinks datafusion-proto cannot encode (Arrow IPC, Avro) run on
+//! the coordinator instead, over the rows the job returns.
 //!
 //! COPY is not transactional, in DataFusion as here: a COPY that fails
 //! half-way may leave the files its finished tasks wrote. A job is run
@@ -14,18 +14,23 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::UInt64Type;
-use datafusion::datasource::file_format::csv::CsvSink;
-use datafusion::datasource::file_format::json::JsonSink;
-use datafusion::datasource::file_format::parquet::ParquetSink;
-use datafusion::datasource::physical_plan::{FileSink, FileSinkConfig};
-use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
+use datafusion::catalog::streaming::StreamingTable;
+use datafusion::common::DataFusionError;
+use datafusion::datasource::provider_as_source;
+use datafusion::datasource::sink::DataSinkExec;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::LogicalPlanBuilder;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::ExecutionPlan;
+use futures::Stream;
 use futures::TryStreamExt;
 use squadron_worker::error::to_status;
+use squadron_worker::plan::guard::file_sink_config;
 use squadron_worker::write::SinkWriteExec;
 use tonic::Status;
 
@@ -33,10 +38,30 @@ use super::run_query;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
 
-/// Runs `statement` (a COPY, or an INSERT into an external table) with its
-/// sink in the tasks; the rows written, or `None` when its sink cannot run
-/// in tasks.
-pub async fn write_in_tasks(
+/// Runs `statement` (a COPY, or an INSERT into an external table): its
+/// sink in the tasks, or, for a sink that cannot travel, here over the
+/// job's rows. Returns the rows written.
+pub async fn write_with_sink(
+    coord: &Coordinator,
+    session: &Arc<Session>,
+    statement: LogicalPlan,
+) -> Result<u64, Status> {
+    if let Some(rows) = write_in_tasks(coord, session, &statement).await? {
+        return Ok(rows);
+    }
+    let input = statement.inputs()[0].clone();
+    let planned = coord.plan_for_writing(session, input).await?;
+    let schema = planned.schema.clone();
+    let rows = run_query(coord, planned).await?;
+    let statement = statement
+        .with_new_exprs(statement.expressions(), vec![scan_of_rows(schema, rows)?])
+        .map_err(|e| to_status(&e))?;
+    run_sink(session, statement).await
+}
+
+/// Runs `statement` with its sink in the tasks; the rows written, or
+/// `None` when its sink cannot run in tasks.
+async fn write_in_tasks(
     coord: &Coordinator,
     session: &Arc<Session>,
     statement: &LogicalPlan,
@@ -81,13 +106,83 @@ fn in_tasks(
     Ok(Some(Arc::new(SinkWriteExec::new(plan, input)?)))
 }
 
-/// The file sinks datafusion-proto encodes.
-fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
-    if let Some(parquet) = sink.downcast_ref::<ParquetSink>() {
-        return Some(parquet.config());
+/// A scan of a job's rows, to feed them to one of DataFusion's sinks.
+fn scan_of_rows<S>(schema: SchemaRef, rows: S) -> Result<LogicalPlan, Status>
+where
+    S: Stream<Item = Result<RecordBatch, Status>> + Send + 'static,
+{
+    let source = StreamingTable::try_new(
+        Arc::clone(&schema),
+        vec![Arc::new(OneStream::new(schema, rows))],
+    )
+    .map_err(|e| to_status(&e))?;
+    LogicalPlanBuilder::scan("job_rows", provider_as_source(Arc::new(source)), None)
+        .and_then(|b| b.build())
+        .map_err(|e| to_status(&e))
+}
+
+/// Runs a plan ending in a DataFusion sink here; returns the rows written.
+async fn run_sink(session: &Session, plan: LogicalPlan) -> Result<u64, Status> {
+    let answer = session
+        .ctx()
+        .execute_logical_plan(plan)
+        .await
+        .map_err(|e| to_status(&e))?
+        .collect()
+        .await
+        .map_err(|e| to_status(&e))?;
+    Ok(written(&answer))
+}
+
+/// The `count` DataFusion's sink answers with.
+fn written(answer: &[RecordBatch]) -> u64 {
+    answer
+        .iter()
+        .filter(|b| b.num_rows() > 0)
+        .filter_map(|b| b.column(0).as_primitive_opt::<UInt64Type>())
+        .map(|counts| counts.values().iter().sum::<u64>())
+        .sum()
+}
+
+/// The job's rows as the one partition of a streaming table: read once.
+struct OneStream {
+    schema: SchemaRef,
+    rows: std::sync::Mutex<Option<SendableRecordBatchStream>>,
+}
+
+impl OneStream {
+    fn new<S>(schema: SchemaRef, rows: S) -> Self
+    where
+        S: Stream<Item = Result<RecordBatch, Status>> + Send + 'static,
+    {
+        let rows = rows.map_err(|status| DataFusionError::External(Box::new(status)));
+        let stream = RecordBatchStreamAdapter::new(Arc::clone(&schema), rows);
+        Self {
+            schema,
+            rows: std::sync::Mutex::new(Some(Box::pin(stream))),
+        }
     }
-    if let Some(csv) = sink.downcast_ref::<CsvSink>() {
-        return Some(csv.config());
+}
+
+impl std::fmt::Debug for OneStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OneStream").finish_non_exhaustive()
     }
-    sink.downcast_ref::<JsonSink>().map(|json| json.config())
+}
+
+impl PartitionStream for OneStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let taken = self.rows.lock().unwrap_or_else(|e| e.into_inner()).take();
+        taken.unwrap_or_else(|| {
+            let error = DataFusionError::Internal("a job's rows read twice".into());
+            Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                futures::stream::once(async move { Err(error) }),
+            ))
+        })
+    }
 }

@@ -241,6 +241,47 @@ async fn remove_files(
     removed
 }
 
+/// New part files of created table `table`, committed as an append
+/// (INSERT, an appending ingest).
+pub struct Append {
+    table: Managed,
+    target: WriteTarget,
+    write: PendingWrite,
+}
+
+impl Append {
+    pub fn start(coord: &Coordinator, table: Managed) -> Result<Self, Status> {
+        let schema = table.schema()?;
+        let format = StoredFormat::from_name(&table.format)
+            .ok_or_else(|| Status::internal(format!("{}: unknown format", table.name)))?;
+        let dir = catalog_of(coord)?.warehouse().table_url(&table.location)?;
+        let write = PendingWrite::start(coord, dir)?;
+        let target = write.target(format, &schema, RowFlag::None);
+        Ok(Self {
+            table,
+            target,
+            write,
+        })
+    }
+
+    /// What its writers write.
+    pub fn target(&self) -> WriteTarget {
+        self.target.clone()
+    }
+
+    /// Commits the files `written`; returns their rows.
+    pub async fn commit(self, coord: &Coordinator, written: &Written) -> Result<u64, Status> {
+        let files = self.write.data_files(written)?;
+        let change = Change::Append {
+            name: self.table.name,
+            id: self.table.id,
+            files: files.clone(),
+        };
+        self.write.commit(coord.session(), change, &files).await?;
+        Ok(written.rows())
+    }
+}
+
 pub fn catalog_of(coord: &Coordinator) -> Result<&Arc<WarehouseCatalog>, Status> {
     coord.catalog().ok_or_else(|| {
         Status::failed_precondition(

@@ -298,3 +298,93 @@ pub fn spawn(catalog: Arc<WarehouseCatalog>, ctx: SessionContext) -> tokio::task
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+    use crate::catalog::persisted::{encode_schema, DataFile, Managed};
+    use crate::warehouse::changes::Change;
+    use crate::warehouse::Warehouse;
+
+    #[tokio::test]
+    async fn the_sweep_removes_what_no_version_names_and_nobody_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = SessionContext::new();
+        let runtime = ctx.runtime_env();
+        let warehouse = Warehouse::open(dir.path().to_str().unwrap(), &runtime).unwrap();
+        let options = JanitorOptions {
+            retention: Duration::from_secs(3600),
+            sweep_interval: Duration::ZERO,
+            sweep_grace: Duration::ZERO,
+        };
+        let catalog = WarehouseCatalog::open(warehouse, None, Janitor::new(runtime, options), &ctx)
+            .await
+            .unwrap();
+        let table_dir = dir.path().join("tables").join("t-1");
+        std::fs::create_dir_all(&table_dir).unwrap();
+        let names = [
+            "kept.parquet",
+            "replaced.parquet",
+            "orphan.parquet",
+            "part-writing-00000-0-0.parquet",
+            "part-gone-00000-0-0.parquet#1",
+        ];
+        for name in names {
+            std::fs::write(table_dir.join(name), b"x").unwrap();
+        }
+        let file = |name: &str| DataFile {
+            name: name.into(),
+            bytes: 1,
+            rows: 1,
+        };
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let table = Managed {
+            name: "t".into(),
+            id: "1".into(),
+            location: "tables/t-1/".into(),
+            format: "parquet".into(),
+            schema: encode_schema(&schema).unwrap(),
+            files: vec![file("kept.parquet"), file("replaced.parquet")],
+            keys: vec![],
+            defaults: vec![],
+        };
+        let create = Change::Create {
+            table,
+            replace: false,
+        };
+        catalog.commit(&ctx, create).await.unwrap();
+        // An UPDATE replaced one file: released, kept for the retention.
+        let rewrite = Change::Rewrite {
+            name: "t".into(),
+            id: "1".into(),
+            removed: vec!["replaced.parquet".into()],
+            added: vec![],
+        };
+        catalog.commit(&ctx, rewrite).await.unwrap();
+        catalog.started_writing("writing");
+
+        let swept = sweep(&catalog).await.unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&table_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![
+                "kept.parquet",
+                "part-writing-00000-0-0.parquet",
+                "replaced.parquet"
+            ]
+        );
+        assert_eq!(swept.files, 2);
+        // The write ended without committing: the next sweep takes it.
+        catalog.finished_writing("writing");
+        assert_eq!(sweep(&catalog).await.unwrap().files, 1);
+    }
+}

@@ -125,3 +125,85 @@ fn rows_of(path: &Path, arrow: bool) -> anyhow::Result<u64> {
     let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)?;
     Ok(builder.metadata().file_metadata().num_rows() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::execution::runtime_env::RuntimeEnv;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use super::super::janitor::{Janitor, JanitorOptions};
+    use super::super::WarehouseCatalog;
+    use super::*;
+
+    #[tokio::test]
+    async fn a_catalog_json_of_an_earlier_version_moves_into_the_warehouse() {
+        let dir = tempfile::tempdir().unwrap();
+        let table_dir = dir.path().join("tables").join("t-1");
+        std::fs::create_dir_all(&table_dir).unwrap();
+        let writer = SessionContext::new();
+        for (n, values) in [(0, "(1, 'a'), (2, 'b')"), (1, "(3, 'c')")] {
+            let file = table_dir.join(format!("part-{n}.parquet"));
+            let sql = format!(
+                "COPY (SELECT column1 AS k, column2 AS s FROM (VALUES {values})) TO '{}' \
+                 STORED AS PARQUET",
+                file.display()
+            );
+            writer.sql(&sql).await.unwrap().collect().await.unwrap();
+        }
+        // A file being written by the old writer, never finished.
+        std::fs::write(table_dir.join(".part-2.parquet.tmp"), b"half").unwrap();
+        let catalog_json = serde_json::json!({"entries": [
+            {"kind": "managed", "name": "datafusion.public.t",
+             "location": table_dir.display().to_string(), "keys": [{"primary_key": [0]}]},
+            {"kind": "defined", "name": "datafusion.public.v",
+             "sql": "CREATE VIEW v AS SELECT sum(k) AS total FROM t",
+             "schema": ["datafusion", "public"]},
+        ]});
+        std::fs::write(dir.path().join("catalog.json"), catalog_json.to_string()).unwrap();
+
+        let runtime = Arc::new(RuntimeEnv::default());
+        let ctx = SessionContext::new_with_config_rt(SessionConfig::new(), Arc::clone(&runtime));
+        let warehouse = Warehouse::open(dir.path().to_str().unwrap(), &runtime).unwrap();
+        let janitor = Janitor::new(runtime, JanitorOptions::default());
+        let catalog = WarehouseCatalog::open(warehouse, Some(dir.path()), janitor, &ctx)
+            .await
+            .unwrap();
+        assert_eq!(catalog.current().version, 1);
+        let Some(Entry::Managed(table)) = catalog.get("datafusion.public.t") else {
+            panic!("the table was not moved in");
+        };
+        assert_eq!(table.location, "tables/t-1/");
+        assert_eq!(table.rows(), 3);
+        assert_eq!(
+            table.files.len(),
+            2,
+            "the unfinished file is not the table's"
+        );
+        let rows = ctx
+            .sql("SELECT total FROM v")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&rows)
+            .unwrap()
+            .to_string();
+        assert!(text.contains("| 6     |"), "{text}");
+        // Once moved in, the warehouse's versions are the catalog.
+        std::fs::remove_file(dir.path().join("catalog.json")).unwrap();
+        let again = SessionContext::new();
+        let runtime = again.runtime_env();
+        let warehouse = Warehouse::open(dir.path().to_str().unwrap(), &runtime).unwrap();
+        let janitor = Janitor::new(runtime, JanitorOptions::default());
+        let reopened = WarehouseCatalog::open(warehouse, Some(dir.path()), janitor, &again)
+            .await
+            .unwrap();
+        assert_eq!(
+            reopened.get("datafusion.public.t"),
+            Some(Entry::Managed(table))
+        );
+    }
+}

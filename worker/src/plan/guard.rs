@@ -154,8 +154,9 @@ fn check_write(url: &str, roots: &DataRoots) -> Result<(), Status> {
     )))
 }
 
-/// Where a file sink writes, for the sinks Squadron runs in tasks.
-fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
+/// Where a file sink writes, for the sinks Squadron runs in tasks (those
+/// datafusion-proto encodes); `None` for any other sink.
+pub fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
     if let Some(parquet) = sink.downcast_ref::<ParquetSink>() {
         return Some(parquet.config());
     }

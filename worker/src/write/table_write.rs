@@ -323,3 +323,106 @@ impl PartitionWriter {
         as_table_rows(batch, &self.target.table_schema)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::written::read_written;
+    use datafusion::arrow::array::{BooleanArray, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::prelude::SessionContext;
+    use futures::TryStreamExt;
+
+    fn batch(keys: &[i64], matched: &[bool]) -> RecordBatch {
+        RecordBatch::try_from_iter([
+            ("k", Arc::new(Int64Array::from(keys.to_vec())) as _),
+            (
+                "matched",
+                Arc::new(BooleanArray::from(matched.to_vec())) as _,
+            ),
+        ])
+        .unwrap()
+    }
+
+    /// Runs a write of two partitions (the second empty) into `dir`; what
+    /// each partition answered.
+    async fn write(dir: &std::path::Path, flag: RowFlag, attempt: u32) -> Vec<Written> {
+        let rows = batch(&[1, 2, 3], &[true, false, true]);
+        let input =
+            MemorySourceConfig::try_new_exec(&[vec![rows.clone()], vec![]], rows.schema(), None)
+                .unwrap();
+        let table_schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
+        let target = WriteTarget {
+            table_url: format!("file://{}/", dir.display()),
+            write_id: "w1".into(),
+            format: StoredFormat::Parquet,
+            table_schema,
+            flag,
+        };
+        let write = TableWriteExec::new(input, target).for_attempt(attempt);
+        let ctx = SessionContext::new().task_ctx();
+        let mut answers = vec![];
+        for partition in 0..2 {
+            let batches: Vec<RecordBatch> = write
+                .execute(partition, Arc::clone(&ctx))
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            answers.push(read_written(&batches[0]).unwrap());
+        }
+        answers
+    }
+
+    #[tokio::test]
+    async fn each_partition_writes_its_rows_as_files_named_by_write_and_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let answers = write(dir.path(), RowFlag::Count, 2).await;
+        assert_eq!(answers[0].rows(), 3);
+        assert_eq!(answers[0].flagged, 2);
+        assert_eq!(answers[1], Written::default(), "no rows, no file");
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["part-w1-00000-2-0.parquet"]);
+        assert_eq!(
+            answers[0].files[0].location.filename(),
+            Some("part-w1-00000-2-0.parquet")
+        );
+        // Another attempt writes files of its own.
+        write(dir.path(), RowFlag::Count, 3).await;
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_delete_drops_the_flagged_rows_and_counts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let answers = write(dir.path(), RowFlag::CountAndDrop, 0).await;
+        assert_eq!(answers[0].flagged, 2);
+        assert_eq!(answers[0].rows(), 1);
+        let ctx = SessionContext::new();
+        ctx.register_parquet(
+            "t",
+            dir.path().to_str().unwrap(),
+            datafusion::prelude::ParquetReadOptions::default(),
+        )
+        .await
+        .unwrap();
+        let kept = ctx
+            .sql("SELECT k FROM t")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            kept[0]
+                .column(0)
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .values(),
+            &[2]
+        );
+    }
+}
