@@ -54,7 +54,7 @@ def main():
         sys.exit(f"cannot make hosts here: {reason}")
     bin_dir = pathlib.Path(args.bin_dir)
     tables_dir = tpch_tables(bin_dir, args.data_dir, args.scale)
-    net = hosts.Network("sqb")
+    net = hosts.Network("sqb", keep=[REPO, bin_dir, tables_dir, pathlib.Path(sys.prefix)])
     try:
         results = run(net, bin_dir, tables_dir, args)
     finally:
@@ -64,7 +64,7 @@ def main():
 
 
 def start(host, args):
-    proc = host.start(args, private=["/data"])
+    proc = host.start(args, private=["/tmp/data"])
     return hosts.banner_url(proc)
 
 
@@ -100,12 +100,12 @@ def run(net, bin_dir, tables_dir, args):
     direct_host = net.host("cdirect")
     direct = start(direct_host, [str(bin_dir / "squadron-server"), "--listen",
                                  f"{direct_host.address}:50051", "--insecure",
-                                 "--workers", ",".join(workers), "--data-dir", "/data", *tables])
+                                 "--workers", ",".join(workers), "--data-dir", "/tmp/data", *tables])
     proxied_host = net.host("cproxied")
     proxied_workers = ["http://" + through(w.split("//")[1]) for w in workers]
     start(proxied_host, [str(bin_dir / "squadron-server"), "--listen",
                          f"{proxied_host.address}:50051", "--insecure",
-                         "--workers", ",".join(proxied_workers), "--data-dir", "/data", *tables])
+                         "--workers", ",".join(proxied_workers), "--data-dir", "/tmp/data", *tables])
     proxied = "grpc://" + through(f"{proxied_host.address}:50051")
     client = net.host("client")
     script = pathlib.Path(__file__).parent / "latency_client.py"

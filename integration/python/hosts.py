@@ -41,10 +41,13 @@ def sh(*args, check=True):
 
 class Network:
     """A switch (a bridge in a namespace of its own) and the hosts on it,
-    addressed 10.213.<subnet>.<n>/24."""
+    addressed 10.213.<subnet>.<n>/24. `keep`: directories every host's
+    processes still see where they lie under /tmp (the repository, the
+    binaries, the Python environment), read-only."""
 
-    def __init__(self, tag=None):
+    def __init__(self, tag=None, keep=()):
         self.tag = tag or f"sq{os.getpid() % 10000}"
+        self.keep = [str(k) for k in keep if str(k).startswith("/tmp/")]
         self.subnet = 100 + os.getpid() % 100
         self.switch = f"{self.tag}-sw"
         self.hosts = []
@@ -115,26 +118,39 @@ class Host:
 
     def start(self, args, env=None, private=(), mounts=(), copies=(), log=None,
               private_tmp=True, stdin=False, disks=None, piped=True):
-        """Starts `args` on this host in a mount namespace of its own: an
-        empty tmpfs over each directory of `private`, `mounts` ((directory,
-        size) pairs) as tmpfs of that size, `copies` ((source, destination)
-        pairs) copied in, and last an empty tmpfs over /tmp (unless not
-        `private_tmp`: the test's client reads the test's files). Returns
-        the Popen; stdout is piped (unless not `piped`: then it goes to
-        `log` with stderr; a chatty process must not fill a pipe nobody
-        reads), stdin too if `stdin`, stderr goes to `log`. With `disks` (see `disks`), the program runs in that mount
-        namespace instead, and the other mount options are not used."""
-        setup = ["true"]
-        for directory in private:
-            setup.append(f"mkdir -p {shlex.quote(directory)}")
-            setup.append(f"mount -t tmpfs tmpfs {shlex.quote(directory)}")
-        for directory, size in mounts:
-            setup.append(f"mkdir -p {shlex.quote(directory)}")
-            setup.append(f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(directory)}")
-        for source, destination in copies:
-            setup.append(f"cp {shlex.quote(str(source))} {shlex.quote(str(destination))}")
+        """Starts `args` on this host in a mount namespace of its own, with
+        an empty tmpfs over /tmp (unless not `private_tmp`: the test's
+        client reads the test's files) in which the network's `keep`
+        directories are bound read-only, then an empty tmpfs over each
+        directory of `private`, `mounts` ((directory, size) pairs) as tmpfs
+        of that size, and `copies` ((source, destination) pairs) copied in
+        (read before /tmp is hidden). Put private directories under /tmp:
+        a mount point elsewhere would be made on the machine's disk.
+
+        Returns the Popen; stdout is piped (unless not `piped`: then it goes
+        to `log` with stderr; a chatty process must not fill a pipe nobody
+        reads), stdin too if `stdin`, stderr goes to `log`. With `disks`
+        (see `disks`), the program runs in that mount namespace instead,
+        and the mount options are not used."""
+        quote = shlex.quote
+        setup = ["mount -t tmpfs tmpfs /mnt"]
+        for n, path in enumerate(self.network.keep):
+            setup += [f"mkdir /mnt/keep{n}", f"mount --bind {quote(path)} /mnt/keep{n}"]
+        for n, (source, _) in enumerate(copies):
+            setup.append(f"cp {quote(str(source))} /mnt/copy{n}")
         if private_tmp:
             setup.append("mount -t tmpfs tmpfs /tmp")
+            for n, path in enumerate(self.network.keep):
+                setup += [f"mkdir -p {quote(path)}",
+                          f"mount --bind -o ro /mnt/keep{n} {quote(path)}"]
+        for directory in private:
+            setup += [f"mkdir -p {quote(directory)}",
+                      f"mount -t tmpfs tmpfs {quote(directory)}"]
+        for directory, size in mounts:
+            setup += [f"mkdir -p {quote(directory)}",
+                      f"mount -t tmpfs -o size={size} tmpfs {quote(directory)}"]
+        for n, (_, destination) in enumerate(copies):
+            setup.append(f"cp /mnt/copy{n} {quote(str(destination))}")
         script = " && ".join(setup) + ' && exec "$@"'
         if disks is not None:
             # The program joins the mount namespace holding the disks.

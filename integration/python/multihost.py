@@ -19,6 +19,9 @@ BUCKET = "squadron"
 WAREHOUSE = f"s3://{BUCKET}/warehouse/"
 TPCH = ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"]
 AGENT = pathlib.Path(__file__).parent / "host_agent.py"
+# What every host's processes must still see if it lies under /tmp (a CI
+# checkout there): the repository, the binaries, the Python environment.
+KEEP = [REPO, BIN_DIR, pathlib.Path(sys.prefix)]
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "multihost", "AWS_SECRET_ACCESS_KEY": "multihost",
                "AWS_REGION": "us-east-1"}
 WORKER_PORT = 50061
@@ -102,7 +105,7 @@ class Cluster:
             [str(BIN_DIR / "squadron-worker"), "--listen", f"{host.address}:{WORKER_PORT}",
              "--insecure", "--store", self.store_options(), "--warehouse", WAREHOUSE,
              "--metrics-listen", f"{host.address}:{METRICS_PORT}", *self.worker_args],
-            env=CREDENTIALS, private=["/data"], log=self.logs / f"{name}.log")
+            env=CREDENTIALS, private=["/tmp/data"], log=self.logs / f"{name}.log")
         hosts.banner_url(proc)
         self.workers[name] = (host, proc)
         return host
@@ -128,9 +131,9 @@ class Cluster:
              "--listen", f"{self.coordinator_host.address}:{COORDINATOR_PORT}",
              "--workers", ",".join(workers or self.worker_urls()), "--insecure",
              "--store", self.store_options(store_endpoint), "--warehouse", WAREHOUSE,
-             "--data-dir", "/data", "--coordinator-scan-limit", "0",
+             "--data-dir", "/tmp/data", "--coordinator-scan-limit", "0",
              "--health-interval", "0.5", *tables, *self.coordinator_args, *extra],
-            env=CREDENTIALS, private=["/data"], mounts=mounts, copies=copies,
+            env=CREDENTIALS, private=["/tmp/data"], mounts=mounts, copies=copies,
             log=self.logs / "coordinator.log")
         self.uri = hosts.banner_url(self.coordinator)
         return self.coordinator

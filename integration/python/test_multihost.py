@@ -25,7 +25,7 @@ def network():
     reason = hosts.available()
     if reason:
         pytest.skip(reason)
-    net = hosts.Network()
+    net = hosts.Network(keep=multihost.KEEP)
     yield net
     net.close()
 
@@ -118,7 +118,7 @@ def test_a_coordinator_started_on_a_new_host_serves_the_same_tables(cluster):
 def test_an_unreadable_table_path_names_the_worker_and_the_path(cluster):
     # A file only the coordinator's host has.
     cluster.kill_coordinator()
-    path = "/data/only-here.parquet"
+    path = "/tmp/data/only-here.parquet"
     cluster.start_coordinator(extra=[f"--table=only_here={path}"],
                               copies=[(cluster.tpch_dir / "nation.parquet", path)])
     rows, error = cluster.try_sql("SELECT count(*) FROM only_here WHERE n_name LIKE '%A%'")
@@ -257,14 +257,14 @@ def test_a_commit_on_a_full_disk_changes_nothing(network, tmp_path):
     host = network.host("disk")
     # The warehouse's catalog on a disk of its own, small enough to fill;
     # the disks outlive the coordinator, as a host's do.
-    disks = host.disks([("/wh", "64m"), ("/wh/catalog", "256k")])
+    disks = host.disks([("/tmp/wh", "64m"), ("/tmp/wh/catalog", "256k")])
     client = Client(network)
 
     def start():
         proc = host.start(
             [str(multihost.BIN_DIR / "squadron-server"), "--listen",
              f"{host.address}:{multihost.COORDINATOR_PORT}", "--local-workers", "2",
-             "--insecure", "--warehouse", "/wh", "--data-dir", "/wh/data"],
+             "--insecure", "--warehouse", "/tmp/wh", "--data-dir", "/tmp/wh/data"],
             disks=disks, log=tmp_path / "disk-coordinator.log")
         return proc, hosts.banner_url(proc)
 
@@ -273,7 +273,7 @@ def test_a_commit_on_a_full_disk_changes_nothing(network, tmp_path):
     sql("CREATE TABLE kept AS SELECT value AS k, value * 10 AS v FROM generate_series(1, 1000)",
         "CREATE TABLE doomed AS VALUES (1)")
     before = sql("SELECT count(*), sum(v) FROM kept")[0][0]
-    host.run_in_mounts(disks, "sh", "-c", "dd if=/dev/zero of=/wh/catalog/filler bs=1k || true")
+    host.run_in_mounts(disks, "sh", "-c", "dd if=/dev/zero of=/tmp/wh/catalog/filler bs=1k || true")
     for statement in ["UPDATE kept SET v = v + 1", "DELETE FROM kept WHERE k < 10",
                       "INSERT INTO kept VALUES (5000, 1)", "DROP TABLE doomed"]:
         rows, error = client.try_sql(uri, statement)
@@ -288,7 +288,7 @@ def test_a_commit_on_a_full_disk_changes_nothing(network, tmp_path):
     assert sql("SELECT count(*), sum(v) FROM kept")[0][0] == before
     assert sql("SELECT * FROM doomed")[0] == [[1]]
     # Room again: commits go through.
-    host.run_in_mounts(disks, "rm", "/wh/catalog/filler")
+    host.run_in_mounts(disks, "rm", "/tmp/wh/catalog/filler")
     sql("UPDATE kept SET v = v + 1", "DROP TABLE doomed")
     assert sql("SELECT count(*), sum(v) FROM kept")[0][0] == [before[0], before[1] + before[0]]
     client.close()
