@@ -80,7 +80,7 @@ impl WarehouseCatalog {
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
         if newest.version == 0 {
-            if let Some(entries) = super::legacy::read(legacy, &warehouse, ctx).await? {
+            if let Some(entries) = super::legacy::read(legacy, &warehouse)? {
                 let migrated = Version {
                     version: 1,
                     entries,
@@ -283,9 +283,11 @@ impl WarehouseCatalog {
         for (name, e) in &failed {
             tracing::warn!(entry = name, "registering a catalog entry: {}", e.message());
         }
+        // Released before the version changes: a sweep in between sees the
+        // files as named or as released, never as neither.
         let released = released_files(&self.warehouse, &previous.entries, &next.entries);
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = next;
         self.janitor.release(released);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = next;
         failed
     }
 
@@ -366,11 +368,12 @@ async fn load_latest(log: &CatalogLog) -> Result<Version, Status> {
         return Ok(Version::default());
     };
     let bytes = log.read(version).await?;
+    let location = log.location(version);
     let read: Version = serde_json::from_slice(&bytes)
-        .map_err(|e| Status::data_loss(format!("catalog version {version} cannot be read: {e}")))?;
+        .map_err(|e| Status::data_loss(format!("{location} cannot be read: {e}")))?;
     if read.version != version {
         return Err(Status::data_loss(format!(
-            "catalog version {version} says it is version {}",
+            "{location} says it is catalog version {}",
             read.version
         )));
     }

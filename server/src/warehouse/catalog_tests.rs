@@ -265,3 +265,21 @@ async fn a_dropped_table_goes_and_a_replaced_one_reads_its_own_files() {
     assert!(ctx.table_provider("t").await.is_err());
     assert!(catalog.get("t").is_none());
 }
+
+#[tokio::test]
+async fn a_corrupt_catalog_version_stops_the_start_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("catalog")).unwrap();
+    let file = dir.path().join("catalog").join("v00000000000000000003.json");
+    std::fs::write(&file, "{not json").unwrap();
+    let ctx = SessionContext::new();
+    let runtime = ctx.runtime_env();
+    let warehouse = Warehouse::open(dir.path().to_str().unwrap(), &runtime).unwrap();
+    let janitor = Janitor::new(runtime, JanitorOptions::default());
+    let err = WarehouseCatalog::open(warehouse, None, janitor, &ctx)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("v00000000000000000003.json"), "{err}");
+    assert!(err.contains("cannot be read"), "{err}");
+}

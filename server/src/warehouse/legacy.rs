@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::prelude::SessionContext;
 use serde::Deserialize;
 
 use super::Warehouse;
@@ -20,11 +19,7 @@ struct CatalogFile {
 
 /// The entries of `<dir>/catalog.json` with every created table's files
 /// and columns read from its directory; `None` when there is no such file.
-pub async fn read(
-    dir: Option<&Path>,
-    warehouse: &Warehouse,
-    _ctx: &SessionContext,
-) -> anyhow::Result<Option<Vec<Entry>>> {
+pub fn read(dir: Option<&Path>, warehouse: &Warehouse) -> anyhow::Result<Option<Vec<Entry>>> {
     let Some(dir) = dir else {
         return Ok(None);
     };

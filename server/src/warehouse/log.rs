@@ -99,6 +99,11 @@ impl CatalogLog {
             .path(&format!("{DIR}/{}", file_name(version)))
     }
 
+    /// Where `version` is kept, as a URL (for messages).
+    pub fn location(&self, version: u64) -> String {
+        format!("{}{DIR}/{}", self.warehouse.url(), file_name(version))
+    }
+
     /// Every version kept, oldest first.
     pub async fn versions(&self) -> Result<Vec<u64>, Status> {
         let dir = self.warehouse.path(DIR);
