@@ -66,6 +66,9 @@ def one_run(bin_dir, tables_dir, warehouse_args, env):
     import adbc_driver_flightsql.dbapi as flightsql
 
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="squadron-bench-"))
+    # Each run a warehouse of its own (the store keeps the last run's).
+    warehouse_args = {side: [a.replace("{run}", scratch.name) for a in args]
+                      for side, args in warehouse_args.items()}
     processes = []
     try:
         workers = [Process([str(bin_dir / "squadron-worker"), "--listen", "127.0.0.1:0",
@@ -114,7 +117,7 @@ def main():
     boto3.client("s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="bench",
                  aws_secret_access_key="bench").create_bucket(Bucket=BUCKET)
     store = ["--store", f"s3://?endpoint={endpoint}&allow_http=true"]
-    s3_warehouse = ["--warehouse", f"s3://{BUCKET}/bench/"]
+    s3_warehouse = ["--warehouse", f"s3://{BUCKET}/{{run}}/"]
     setups = [("local disk, workers write", bin_dir, {"worker": [], "coordinator": []}),
               ("S3 (moto), workers write", bin_dir,
                {"worker": store + s3_warehouse, "coordinator": store + s3_warehouse})]
