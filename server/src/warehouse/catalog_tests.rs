@@ -270,7 +270,10 @@ async fn a_dropped_table_goes_and_a_replaced_one_reads_its_own_files() {
 async fn a_corrupt_catalog_version_stops_the_start_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("catalog")).unwrap();
-    let file = dir.path().join("catalog").join("v00000000000000000003.json");
+    let file = dir
+        .path()
+        .join("catalog")
+        .join("v00000000000000000003.json");
     std::fs::write(&file, "{not json").unwrap();
     let ctx = SessionContext::new();
     let runtime = ctx.runtime_env();
