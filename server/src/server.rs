@@ -48,7 +48,8 @@ use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
 use crate::security::ClientTlsFiles;
-use crate::warehouse::janitor::{self, Janitor, JanitorOptions};
+use crate::warehouse::janitor::{Janitor, JanitorOptions};
+use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
 use crate::Coordinator;
 
@@ -427,7 +428,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         )
         .await
         .map_err(|e| anyhow::anyhow!("the catalog in {}: {e}", warehouse.url()))?;
-        janitor = Some(AbortOnDropHandle::new(janitor::spawn(
+        janitor = Some(AbortOnDropHandle::new(sweep::spawn(
             Arc::clone(&catalog),
             ctx,
         )));

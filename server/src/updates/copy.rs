@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::logical_expr::dml::CopyTo;
 use datafusion::logical_expr::LogicalPlan;
 use tonic::Status;
@@ -23,6 +24,25 @@ pub async fn copy_to(
     coord.check_copy_location(&copy.output_url)?;
     let written = copy.output_url.clone();
     let rows = super::sinks::write_with_sink(coord, session, LogicalPlan::Copy(copy)).await?;
-    super::forget_listings_around(coord, &written);
+    forget_listings_around(coord, &written);
     Ok(rows)
+}
+
+/// Drops the cached file listings of every directory a COPY wrote into (a
+/// table over that directory lists it again and sees the new files), and
+/// of directories inside the written one.
+pub fn forget_listings_around(coord: &Coordinator, written: &str) {
+    let Ok(written) = ListingTableUrl::parse(written) else {
+        return;
+    };
+    let runtime = coord.session().runtime_env();
+    let Some(cache) = runtime.cache_manager.get_list_files_cache() else {
+        return;
+    };
+    let written = written.prefix();
+    for listed in cache.list_entries().into_keys() {
+        if written.prefix_matches(&listed.path) || listed.path.prefix_matches(written) {
+            cache.remove(&listed);
+        }
+    }
 }

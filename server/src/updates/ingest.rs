@@ -17,8 +17,9 @@ use squadron_worker::error::to_status;
 use squadron_worker::write::{PartitionWriter, WriteTarget, Written};
 use tonic::Status;
 
+use super::names::{already_exists, exists, full_name};
 use super::table_writes::{catalog_of as catalog, Append};
-use super::{already_exists, exists, full_name, NewTable};
+use super::NewTable;
 use crate::catalog::persisted::{Declared, Entry};
 use crate::coordinator::Coordinator;
 use crate::session::Session;

@@ -13,6 +13,7 @@
 
 pub mod copy;
 pub mod ingest;
+mod names;
 mod rewrite;
 mod schemas;
 mod sinks;
@@ -20,28 +21,24 @@ pub mod table_writes;
 
 use std::sync::Arc;
 
-use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::error::FlightError;
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DFSchema, TableReference};
-use datafusion::datasource::listing::{ListingTable, ListingTableUrl};
+use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::TableType;
 use datafusion::execution::cache::TableScopedPath;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
-use futures::{Stream, TryStreamExt};
 use squadron_worker::error::to_status;
 use tonic::Status;
 
 use crate::catalog::persisted::{encode_schema, Declared, Entry, Managed};
-use crate::catalog::system::SYSTEM_SCHEMA;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
 use crate::warehouse::changes::Change;
 use crate::warehouse::Warehouse;
+pub use names::full_name;
+use names::{already_exists, exists};
 use squadron_worker::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
 use table_writes::{catalog_of as catalog, write_rows, Append, PendingWrite};
 
@@ -169,32 +166,6 @@ fn check_table_format(coord: &Coordinator, file_type: &str) -> Result<(), Status
     }
 }
 
-/// `name` with the catalog and schema it resolves to in `session`, so
-/// the shared catalog and the persisted one see one name per table.
-/// PERMISSION_DENIED in the `system` schema: its tables are the server's.
-pub fn full_name(session: &Session, name: &TableReference) -> Result<TableReference, Status> {
-    let resolved = name.clone().resolve(&session.catalog(), &session.schema());
-    if resolved.schema.as_ref() == SYSTEM_SCHEMA {
-        return Err(Status::permission_denied(format!(
-            "{name}: the {SYSTEM_SCHEMA} schema belongs to the server"
-        )));
-    }
-    Ok(TableReference::full(
-        resolved.catalog,
-        resolved.schema,
-        resolved.table,
-    ))
-}
-
-fn exists(coord: &Coordinator, name: &TableReference) -> bool {
-    coord.session().table_exist(name.clone()).unwrap_or(false)
-}
-
-/// Worded as single-node DataFusion words it (clients match on it).
-fn already_exists(name: &TableReference) -> Status {
-    Status::already_exists(format!("Execution error: Table '{name}' already exists"))
-}
-
 /// Whether `name` exists and is a table (`Base`) or a view: DROP TABLE
 /// leaves views alone and DROP VIEW tables.
 async fn is_of_type(coord: &Coordinator, name: &TableReference, kind: TableType) -> bool {
@@ -230,43 +201,6 @@ fn unique_column_names(schema: &DFSchema) -> Result<(), Status> {
         ))),
         None => Ok(()),
     }
-}
-
-/// Runs a planned query on the workers and decodes its rows.
-async fn run_query(
-    coord: &Coordinator,
-    query: crate::coordinator::PlannedQuery,
-) -> Result<impl Stream<Item = Result<RecordBatch, Status>>, Status> {
-    let job_id = uuid::Uuid::new_v4().to_string();
-    let schema = Arc::clone(&query.schema);
-    let stream = coord.execute(&job_id, query).await?;
-    Ok(
-        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
-            .map_err(Status::from)
-            .and_then(move |batch| std::future::ready(as_planned(batch, &schema))),
-    )
-}
-
-/// A decoded batch in the planned schema: Flight streams carry
-/// dictionaries hydrated, and the sinks that write these rows (DataFusion's
-/// for COPY) take the batch's columns to be of the schema they were given.
-fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Status> {
-    if batch.schema().fields() == schema.fields() {
-        return Ok(batch);
-    }
-    let columns = schema
-        .fields()
-        .iter()
-        .zip(batch.columns())
-        .map(
-            |(field, column)| match column.data_type() == field.data_type() {
-                true => Ok(Arc::clone(column)),
-                false => cast(column, field.data_type()),
-            },
-        )
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|columns| RecordBatch::try_new(Arc::clone(schema), columns));
-    columns.map_err(|e| Status::internal(format!("rows of the planned query: {e}")))
 }
 
 /// A table being created: where its files go, until it is committed.
@@ -487,24 +421,5 @@ pub fn forget_listing(coord: &Coordinator, table: &dyn TableProvider) {
             table: url.get_table_ref().clone(),
             path: url.prefix().clone(),
         });
-    }
-}
-
-/// Drops the cached file listings of every directory a COPY wrote into (a
-/// table over that directory lists it again and sees the new files), and
-/// of directories inside the written one.
-pub fn forget_listings_around(coord: &Coordinator, written: &str) {
-    let Ok(written) = ListingTableUrl::parse(written) else {
-        return;
-    };
-    let runtime = coord.session().runtime_env();
-    let Some(cache) = runtime.cache_manager.get_list_files_cache() else {
-        return;
-    };
-    let written = written.prefix();
-    for listed in cache.list_entries().into_keys() {
-        if written.prefix_matches(&listed.path) || listed.path.prefix_matches(written) {
-            cache.remove(&listed);
-        }
     }
 }

@@ -27,7 +27,7 @@ use squadron_worker::error::to_status;
 use squadron_worker::write::RowFlag;
 use tonic::Status;
 
-use super::full_name;
+use super::names::full_name;
 use super::table_writes::{catalog_of as catalog, write_rows, PendingWrite};
 use crate::catalog::managed_table::ManagedTable;
 use crate::catalog::persisted::Entry;

@@ -14,7 +14,10 @@
 
 use std::sync::Arc;
 
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
 use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::common::DataFusionError;
@@ -34,7 +37,6 @@ use squadron_worker::plan::guard::file_sink_config;
 use squadron_worker::write::SinkWriteExec;
 use tonic::Status;
 
-use super::run_query;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
 
@@ -185,4 +187,41 @@ impl PartitionStream for OneStream {
             ))
         })
     }
+}
+
+/// Runs a planned query on the workers and decodes its rows.
+async fn run_query(
+    coord: &Coordinator,
+    query: crate::coordinator::PlannedQuery,
+) -> Result<impl Stream<Item = Result<RecordBatch, Status>>, Status> {
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let schema = Arc::clone(&query.schema);
+    let stream = coord.execute(&job_id, query).await?;
+    Ok(
+        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
+            .map_err(Status::from)
+            .and_then(move |batch| std::future::ready(as_planned(batch, &schema))),
+    )
+}
+
+/// A decoded batch in the planned schema: Flight streams carry
+/// dictionaries hydrated, and the sinks that write these rows (DataFusion's
+/// for COPY) take the batch's columns to be of the schema they were given.
+fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Status> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch);
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(
+            |(field, column)| match column.data_type() == field.data_type() {
+                true => Ok(Arc::clone(column)),
+                false => cast(column, field.data_type()),
+            },
+        )
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|columns| RecordBatch::try_new(Arc::clone(schema), columns));
+    columns.map_err(|e| Status::internal(format!("rows of the planned query: {e}")))
 }

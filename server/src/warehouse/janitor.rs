@@ -1,46 +1,19 @@
-//! Files nobody reads any more, removed.
-//!
-//! - **Released files**: those a commit stopped naming (the files an
-//!   UPDATE rewrote, a dropped or replaced table's) are deleted once
-//!   `--file-retention` has passed, so queries planned before the commit
-//!   can still read them.
-//! - **The sweep** (at start-up and every `--sweep-interval`): files under
-//!   `tables/` and `temporary/` that the newest catalog version does not
-//!   name, that no statement of this coordinator is writing, and that are
-//!   older than `--sweep-grace` (another coordinator's statement may be
-//!   writing them) are deleted: parts of statements that failed, were
-//!   cancelled or were killed with their coordinator, and on a local
-//!   warehouse the staging files of uploads cut short. Old catalog
-//!   versions beyond the newest few go too.
-//! - Every few seconds the coordinator also looks for a newer catalog
-//!   version another coordinator committed, and takes it in.
+//! Files a commit stopped naming (the files an UPDATE rewrote, a dropped
+//! or replaced table's), deleted once `--file-retention` has passed, so
+//! queries planned before the commit can still read them. (Files no
+//! version ever named are the sweep's, `sweep`.)
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::prelude::SessionContext;
-use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
-use squadron_worker::write::WriteTarget;
 use tonic::Status;
 
 use super::log::store_status;
-use super::WarehouseCatalog;
-use crate::catalog::persisted::Entry;
-
-/// Catalog versions kept; older ones are deleted by the sweep.
-pub const VERSIONS_KEPT: usize = 64;
-
-/// How often a coordinator looks for versions committed elsewhere.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
-
-/// The areas of the warehouse that hold table files.
-const FILE_AREAS: &[&str] = &["tables", "temporary"];
 
 /// Files a commit stopped naming, in one table directory.
 #[derive(Debug, Clone)]
@@ -89,13 +62,6 @@ pub struct Janitor {
     due: Arc<Mutex<VecDeque<(Instant, Released)>>>,
 }
 
-/// What a sweep removed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Swept {
-    pub files: usize,
-    pub versions: usize,
-}
-
 impl Janitor {
     pub fn new(runtime: Arc<RuntimeEnv>, options: JanitorOptions) -> Self {
         Self {
@@ -120,7 +86,7 @@ impl Janitor {
     }
 
     /// The files released and not yet deleted.
-    fn pending(&self) -> HashSet<Path> {
+    pub fn pending(&self) -> HashSet<Path> {
         let due = self.due.lock().unwrap_or_else(|e| e.into_inner());
         due.iter().flat_map(|(_, r)| r.paths()).collect()
     }
@@ -158,233 +124,5 @@ impl Janitor {
             let _ = std::fs::remove_dir(format!("/{}", released.dir.prefix()));
         }
         Ok(())
-    }
-}
-
-/// Deletes the files under the warehouse's table areas that `catalog`
-/// names nowhere and nobody writes (see the module comment).
-pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Status> {
-    let warehouse = catalog.warehouse();
-    let options = catalog.janitor().options;
-    // Writes first, then the version: a write that ends between the two
-    // committed before it ended, so the version read after names its files.
-    let writing: Vec<String> = catalog
-        .writes_in_progress()
-        .into_iter()
-        .map(|id| WriteTarget::part_prefix(&id))
-        .collect();
-    let mut named = catalog.janitor().pending();
-    let current = catalog.current();
-    let tables = current
-        .entries
-        .iter()
-        .filter_map(|e| match e {
-            Entry::Managed(t) => Some(t.clone()),
-            _ => None,
-        })
-        .chain(catalog.temporary_tables());
-    let mut live_dirs = HashSet::new();
-    for table in tables {
-        let dir = warehouse.table_url(&table.location)?;
-        live_dirs.insert(dir.prefix().clone());
-        named.extend(
-            table
-                .files
-                .iter()
-                .map(|f| dir.prefix().clone().join(f.name.as_str())),
-        );
-    }
-    let cutoff: DateTime<Utc> = (SystemTime::now() - options.sweep_grace).into();
-    let mut swept = Swept::default();
-    for area in FILE_AREAS {
-        let listed: Vec<_> = warehouse
-            .store()
-            .list(Some(&warehouse.path(area)))
-            .try_collect()
-            .await
-            .map_err(|e| store_status("listing the warehouse", &e))?;
-        for file in listed {
-            let name = file.location.filename().unwrap_or_default();
-            let being_written = writing
-                .iter()
-                .any(|prefix| name.starts_with(prefix.as_str()));
-            if named.contains(&file.location) || being_written || file.last_modified > cutoff {
-                continue;
-            }
-            match warehouse.store().delete(&file.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => swept.files += 1,
-                Err(e) => return Err(store_status("deleting an unnamed file", &e)),
-            }
-        }
-    }
-    if let Some(root) = warehouse.local_dir() {
-        swept.files += sweep_local_leftovers(root, &live_dirs, &writing, options.sweep_grace);
-    }
-    swept.versions = catalog.prune_versions(VERSIONS_KEPT).await?;
-    if swept.files > 0 {
-        tracing::info!(files = swept.files, "swept files no catalog version names");
-    }
-    metrics::counter!(crate::metrics::SWEPT_FILES).increment(swept.files as u64);
-    Ok(swept)
-}
-
-/// On a local warehouse: staging files of uploads cut short (the store's
-/// listing hides them) and the empty directories of tables that are gone.
-fn sweep_local_leftovers(
-    root: &std::path::Path,
-    live_dirs: &HashSet<Path>,
-    writing: &[String],
-    grace: Duration,
-) -> usize {
-    let mut removed = 0;
-    for area in FILE_AREAS {
-        let Ok(dirs) = std::fs::read_dir(root.join(area)) else {
-            continue;
-        };
-        for dir in dirs.flatten() {
-            let path = dir.path();
-            let Ok(files) = std::fs::read_dir(&path) else {
-                continue;
-            };
-            for file in files.flatten() {
-                let name = file.file_name().to_string_lossy().to_string();
-                let staging = name.contains('#');
-                let old = file
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t.elapsed().unwrap_or_default() >= grace);
-                let written = writing.iter().any(|p| name.starts_with(p.as_str()));
-                if staging && old && !written && std::fs::remove_file(file.path()).is_ok() {
-                    removed += 1;
-                }
-            }
-            let object_path = Path::from_absolute_path(&path).ok();
-            let live = object_path.is_some_and(|p| live_dirs.contains(&p));
-            if !live {
-                // Only succeeds once empty.
-                let _ = std::fs::remove_dir(&path);
-            }
-        }
-    }
-    removed
-}
-
-/// Runs the janitor for `catalog` until the process ends: released files
-/// deleted when due, versions committed elsewhere taken in, and the sweep.
-pub fn spawn(catalog: Arc<WarehouseCatalog>, ctx: SessionContext) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let options = catalog.janitor().options;
-        let mut last_refresh = Instant::now();
-        let mut last_sweep = Instant::now();
-        if let Err(e) = sweep(&catalog).await {
-            tracing::warn!("sweeping the warehouse: {}", e.message());
-        }
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            catalog.janitor().delete_due().await;
-            if last_refresh.elapsed() >= REFRESH_INTERVAL {
-                last_refresh = Instant::now();
-                if let Err(e) = catalog.refresh(&ctx).await {
-                    tracing::warn!("looking for newer catalog versions: {}", e.message());
-                }
-            }
-            if !options.sweep_interval.is_zero() && last_sweep.elapsed() >= options.sweep_interval {
-                last_sweep = Instant::now();
-                if let Err(e) = sweep(&catalog).await {
-                    tracing::warn!("sweeping the warehouse: {}", e.message());
-                }
-            }
-        }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::prelude::SessionContext;
-
-    use super::*;
-    use crate::catalog::persisted::{encode_schema, DataFile, Managed};
-    use crate::warehouse::changes::Change;
-    use crate::warehouse::Warehouse;
-
-    #[tokio::test]
-    async fn the_sweep_removes_what_no_version_names_and_nobody_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = SessionContext::new();
-        let runtime = ctx.runtime_env();
-        let warehouse = Warehouse::open(dir.path().to_str().unwrap(), &runtime).unwrap();
-        let options = JanitorOptions {
-            retention: Duration::from_secs(3600),
-            sweep_interval: Duration::ZERO,
-            sweep_grace: Duration::ZERO,
-        };
-        let catalog = WarehouseCatalog::open(warehouse, None, Janitor::new(runtime, options), &ctx)
-            .await
-            .unwrap();
-        let table_dir = dir.path().join("tables").join("t-1");
-        std::fs::create_dir_all(&table_dir).unwrap();
-        let names = [
-            "kept.parquet",
-            "replaced.parquet",
-            "orphan.parquet",
-            "part-writing-00000-0-0.parquet",
-            "part-gone-00000-0-0.parquet#1",
-        ];
-        for name in names {
-            std::fs::write(table_dir.join(name), b"x").unwrap();
-        }
-        let file = |name: &str| DataFile {
-            name: name.into(),
-            bytes: 1,
-            rows: 1,
-        };
-        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
-        let table = Managed {
-            name: "t".into(),
-            id: "1".into(),
-            location: "tables/t-1/".into(),
-            format: "parquet".into(),
-            schema: encode_schema(&schema).unwrap(),
-            files: vec![file("kept.parquet"), file("replaced.parquet")],
-            keys: vec![],
-            defaults: vec![],
-        };
-        let create = Change::Create {
-            table,
-            replace: false,
-        };
-        catalog.commit(&ctx, create).await.unwrap();
-        // An UPDATE replaced one file: released, kept for the retention.
-        let rewrite = Change::Rewrite {
-            name: "t".into(),
-            id: "1".into(),
-            removed: vec!["replaced.parquet".into()],
-            added: vec![],
-        };
-        catalog.commit(&ctx, rewrite).await.unwrap();
-        catalog.started_writing("writing");
-
-        let swept = sweep(&catalog).await.unwrap();
-        let mut left: Vec<String> = std::fs::read_dir(&table_dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
-        assert_eq!(
-            left,
-            vec![
-                "kept.parquet",
-                "part-writing-00000-0-0.parquet",
-                "replaced.parquet"
-            ]
-        );
-        assert_eq!(swept.files, 2);
-        // The write ended without committing: the next sweep takes it.
-        catalog.finished_writing("writing");
-        assert_eq!(sweep(&catalog).await.unwrap().files, 1);
     }
 }

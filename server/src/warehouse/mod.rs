@@ -17,8 +17,9 @@
 //! - `catalog`: the coordinator's view of the newest version; commits.
 //! - `changes`: what a statement changes in the catalog, re-applied to a
 //!   newer version when another commit came first.
-//! - `janitor`: deferred deletion of replaced files, the sweep of files no
-//!   version names, and picking up other coordinators' commits.
+//! - `janitor`: deferred deletion of the files a commit replaced.
+//! - `sweep`: removing files no version names, and the background work
+//!   (the janitor's deletions, picking up other coordinators' commits).
 //! - `legacy`: the `catalog.json` of earlier versions, moved in once.
 
 pub mod catalog;
@@ -28,6 +29,7 @@ pub mod changes;
 pub mod janitor;
 mod legacy;
 pub mod log;
+pub mod sweep;
 
 use std::path::PathBuf;
 use std::sync::Arc;

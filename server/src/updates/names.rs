@@ -1,0 +1,34 @@
+//! Names of tables as statements give them, resolved.
+
+use datafusion::common::TableReference;
+use tonic::Status;
+
+use crate::catalog::system::SYSTEM_SCHEMA;
+use crate::coordinator::Coordinator;
+use crate::session::Session;
+
+/// `name` with the catalog and schema it resolves to in `session`, so
+/// the shared catalog and the persisted one see one name per table.
+/// PERMISSION_DENIED in the `system` schema: its tables are the server's.
+pub fn full_name(session: &Session, name: &TableReference) -> Result<TableReference, Status> {
+    let resolved = name.clone().resolve(&session.catalog(), &session.schema());
+    if resolved.schema.as_ref() == SYSTEM_SCHEMA {
+        return Err(Status::permission_denied(format!(
+            "{name}: the {SYSTEM_SCHEMA} schema belongs to the server"
+        )));
+    }
+    Ok(TableReference::full(
+        resolved.catalog,
+        resolved.schema,
+        resolved.table,
+    ))
+}
+
+pub fn exists(coord: &Coordinator, name: &TableReference) -> bool {
+    coord.session().table_exist(name.clone()).unwrap_or(false)
+}
+
+/// Worded as single-node DataFusion words it (clients match on it).
+pub fn already_exists(name: &TableReference) -> Status {
+    Status::already_exists(format!("Execution error: Table '{name}' already exists"))
+}
