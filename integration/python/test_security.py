@@ -148,17 +148,22 @@ def test_pyarrow_login_and_query(secure):
     assert table.column("seven").to_pylist() == [7]
 
 
+# Tokens are made when each test runs, not when tests are collected: the
+# suite runs for longer than a token lives, and an expired token would be
+# refused for its expiry rather than for the fault under test.
 @pytest.mark.parametrize(
-    "token, reason",
+    "make_token, reason",
     [
-        (None, "no credentials"),
-        (external_token("carol", exp_in=-60), "expired"),
-        (external_token("carol", key=b"another key, also long enough......"), "signature"),
-        (external_token("carol", iss="someone-else"), "issuer"),
-        ("not.a.token", "not valid"),
+        (lambda: None, "no credentials"),
+        (lambda: external_token("carol", exp_in=-60), "expired"),
+        (lambda: external_token("carol", key=b"another key, also long enough......"), "signature"),
+        (lambda: external_token("carol", iss="someone-else"), "issuer"),
+        (lambda: "not.a.token", "not valid"),
     ],
+    ids=["none", "expired", "signature", "issuer", "garbage"],
 )
-def test_bad_tokens_are_unauthenticated(secure, token, reason):
+def test_bad_tokens_are_unauthenticated(secure, make_token, reason):
+    token = make_token()
     refused = 'squadron_auth_failures_total{kind="token"}'
     before = scrape(secure["metrics"])[refused]
     client = pyarrow_client(secure)

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::FlightData;
 use dashmap::DashMap;
-use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::TaskContext;
@@ -41,12 +40,13 @@ use crate::planner::{
     build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
     JobGraph,
 };
-use crate::queries::QueryLog;
+use crate::queries::{LiveQueries, QueryLog, QueryRow};
+use crate::scheduler::admission::Slot;
+use crate::scheduler::stoppable::until_stopped;
 use crate::scheduler::{
     run_locally, started_at_once, Admission, JobIds, JobProgress, JobReport, JobRunner, Placement,
 };
 use crate::session::Session;
-use crate::updates::{is_update, run_update};
 use crate::warehouse::WarehouseCatalog;
 
 /// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
@@ -147,6 +147,14 @@ pub enum Work {
     Update(LogicalPlan, Arc<Session>),
 }
 
+/// Whether `plan` is a DDL or DML statement (`crate::updates` runs them).
+pub fn is_update(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_)
+    )
+}
+
 /// The result of a DDL or DML statement read as a query, as single-node
 /// DataFusion answers it: DML gives one row with the rows it wrote
 /// (`count`), DDL gives nothing (no columns, no rows).
@@ -165,8 +173,27 @@ pub fn update_schema(plan: &LogicalPlan) -> SchemaRef {
 struct RunningJob {
     cancel: CancellationToken,
     progress: Arc<JobProgress>,
-    /// The job's output, to see whether it waits for its reader.
-    output: WeakSender<Result<FlightData, Status>>,
+    /// The job's output, to see whether it waits for its reader; `None`
+    /// for a plan computed as its reader reads it (always waiting for it).
+    output: Option<WeakSender<Result<FlightData, Status>>>,
+}
+
+/// A job entered among the running ones, with its progress.
+struct RegisteredJob {
+    progress: Arc<JobProgress>,
+    _entry: RunningEntry,
+}
+
+/// Ends a running job's entry when the job's stream or future is dropped.
+struct RunningEntry {
+    running: Arc<DashMap<String, RunningJob>>,
+    job_id: String,
+}
+
+impl Drop for RunningEntry {
+    fn drop(&mut self) {
+        self.running.remove(&self.job_id);
+    }
 }
 
 /// How far a running job is.
@@ -683,27 +710,10 @@ impl Coordinator {
         })
     }
 
-    /// Runs a DDL or DML statement now (after an admission slot); its
-    /// answer for `schema`: nothing for DDL, one `count` row for DML.
-    pub async fn run_update_now(
-        &self,
-        schema: &SchemaRef,
-        plan: LogicalPlan,
-        session: &Arc<Session>,
-    ) -> Result<Vec<RecordBatch>, Status> {
-        let slot = self.admission.admit().await?;
-        // Boxed: an update runs its input through `execute` again.
-        let rows = Box::pin(run_update(self, session, plan)).await?;
-        drop(slot);
-        if schema.fields().is_empty() {
-            return Ok(vec![]);
-        }
-        let count = RecordBatch::try_new(
-            Arc::clone(schema),
-            vec![Arc::new(Int64Array::from(vec![rows as i64]))],
-        )
-        .map_err(|e| Status::internal(e.to_string()))?;
-        Ok(vec![count])
+    /// Waits for an admission slot (or is refused with RESOURCE_EXHAUSTED);
+    /// the statement runs while the slot is held.
+    pub async fn admit(&self) -> Result<Slot, Status> {
+        self.admission.admit().await
     }
 
     /// Runs a planned statement; the stream yields its result as Flight
@@ -725,12 +735,12 @@ impl Coordinator {
                 let slot = self.admission.admit().await?;
                 let batches = execute_stream(plan, task_ctx)
                     .map_err(|e| to_status(&e))?
-                    .map_err(|e| to_status(&e))
-                    // The slot is held until the answer is sent or dropped.
-                    .inspect(move |_| {
-                        let _ = &slot;
-                    });
-                let messages = encode_batches(schema, batches);
+                    .map_err(|e| to_status(&e));
+                // Timeout and cancel stop it as they stop a job; the slot
+                // is held until the answer is sent or dropped.
+                let (cancel, entry) = self.register(job_id, None);
+                let stop = self.stopped(cancel);
+                let messages = until_stopped(encode_batches(schema, batches), stop, (slot, entry));
                 if run == LocalRun::AsRead {
                     return Ok(messages);
                 }
@@ -754,10 +764,12 @@ impl Coordinator {
                 tokio::spawn(tracing::Instrument::in_current_span(job));
                 return Ok(ReceiverStream::new(rx).boxed());
             }
-            Work::Update(plan, session) => {
-                let answer = Box::pin(self.run_update_now(&schema, plan, &session)).await?;
-                let answer = answer.into_iter().map(Ok);
-                return Ok(encode_batches(schema, futures::stream::iter(answer)));
+            Work::Update(..) => {
+                // The Flight SQL service runs them first
+                // (`updates::run_update_now`), as they are described.
+                return Err(Status::internal(
+                    "a DDL or DML statement reached the query executor",
+                ));
             }
             Work::Distributed(graph) => graph,
         };
@@ -815,27 +827,12 @@ impl Coordinator {
         F: FnOnce(Arc<JobProgress>) -> R,
         R: Future<Output = JobReport> + Send + 'static,
     {
-        let cancel = CancellationToken::new();
-        let progress = Arc::new(JobProgress::default());
-        // At most one entry per admitted job: bounded by the admission limit.
-        let job = RunningJob {
-            cancel: cancel.clone(),
-            progress: Arc::clone(&progress),
-            output: output.downgrade(),
-        };
-        self.running.insert(job_id.to_string(), job);
-        let running = Arc::clone(&self.running);
-        let timeout = self.query_timeout;
+        let (cancel, entry) = self.register(job_id, Some(output));
+        let progress = Arc::clone(&entry.progress);
+        let stop = self.stopped(cancel);
         let output = output.clone();
-        let job_id = job_id.to_string();
         let run = run(progress);
         async move {
-            let deadline = async {
-                match timeout {
-                    Some(limit) => tokio::time::sleep(limit).await,
-                    None => std::future::pending().await,
-                }
-            };
             // Stopping drops the run with the future: its tasks stop.
             let stopped = |outcome| JobReport {
                 outcome,
@@ -845,21 +842,67 @@ impl Coordinator {
             };
             let report = tokio::select! {
                 report = run => report,
-                _ = deadline => {
-                    let status = Status::deadline_exceeded(format!(
-                        "the query ran longer than {:?} (--query-timeout) and was stopped",
-                        timeout.unwrap_or_default()
-                    ));
+                status = stop => {
+                    let outcome = match status.code() {
+                        tonic::Code::DeadlineExceeded => "stopped: query timeout",
+                        _ => "stopped: cancelled",
+                    };
                     let _ = output.send(Err(status)).await;
-                    stopped("stopped: query timeout")
-                }
-                _ = cancel.cancelled() => {
-                    let _ = output.send(Err(Status::cancelled("the query was cancelled"))).await;
-                    stopped("stopped: cancelled")
+                    stopped(outcome)
                 }
             };
-            running.remove(&job_id);
+            drop(entry);
             report
+        }
+    }
+
+    /// Enters `job_id` among the running jobs until the entry is dropped;
+    /// its token cancels it. At most one entry per admitted job: bounded
+    /// by the admission limit.
+    fn register(
+        &self,
+        job_id: &str,
+        output: Option<&Sender<Result<FlightData, Status>>>,
+    ) -> (CancellationToken, RegisteredJob) {
+        let cancel = CancellationToken::new();
+        let progress = Arc::new(JobProgress::default());
+        let job = RunningJob {
+            cancel: cancel.clone(),
+            progress: Arc::clone(&progress),
+            output: output.map(Sender::downgrade),
+        };
+        self.running.insert(job_id.to_string(), job);
+        let entry = RunningEntry {
+            running: Arc::clone(&self.running),
+            job_id: job_id.to_string(),
+        };
+        (
+            cancel,
+            RegisteredJob {
+                progress,
+                _entry: entry,
+            },
+        )
+    }
+
+    /// Resolves with the status a job is stopped with: DEADLINE_EXCEEDED
+    /// past the query timeout, CANCELLED when `cancel` fires.
+    fn stopped(&self, cancel: CancellationToken) -> impl Future<Output = Status> + Send + 'static {
+        let timeout = self.query_timeout;
+        async move {
+            let deadline = async {
+                match timeout {
+                    Some(limit) => tokio::time::sleep(limit).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = deadline => Status::deadline_exceeded(format!(
+                    "the query ran longer than {:?} (--query-timeout) and was stopped",
+                    timeout.unwrap_or_default()
+                )),
+                _ = cancel.cancelled() => Status::cancelled("the query was cancelled"),
+            }
         }
     }
 
@@ -879,10 +922,12 @@ impl Coordinator {
     pub fn progress(&self, job_id: &str) -> Option<Progress> {
         let job = self.running.get(job_id)?;
         let (finished, tasks) = job.progress.counts();
-        let waiting_for_client = job
-            .output
-            .upgrade()
-            .is_some_and(|output| output.capacity() == 0);
+        let waiting_for_client = match &job.output {
+            Some(output) => output
+                .upgrade()
+                .is_some_and(|output| output.capacity() == 0),
+            None => true,
+        };
         Some(Progress {
             fraction: job.progress.fraction(),
             finished,
@@ -898,6 +943,22 @@ impl Coordinator {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .cloned()
+            .collect()
+    }
+}
+
+impl LiveQueries for Coordinator {
+    fn live_queries(&self) -> Vec<(QueryRow, Option<(usize, usize)>)> {
+        self.queries
+            .rows()
+            .into_iter()
+            .map(|row| {
+                let progress = match row.state {
+                    "running" => self.progress(&row.job_id).map(|p| (p.finished, p.tasks)),
+                    _ => None,
+                };
+                (row, progress)
+            })
             .collect()
     }
 }

@@ -157,6 +157,12 @@ struct Args {
     #[arg(long, value_parser = parse_bytes)]
     worker_memory_limit: Option<usize>,
 
+    /// Memory for the plans the coordinator runs itself (lookups, queries
+    /// over constants, system tables), e.g. 512M; a plan that needs more
+    /// fails with RESOURCE_EXHAUSTED (the coordinator never spills).
+    #[arg(long, value_parser = parse_bytes, default_value = "1G")]
+    coordinator_memory_limit: usize,
+
     /// Queries whose table reads are Parquet row groups of at most this
     /// size in all (compressed, by the footers the coordinator holds; a
     /// lookup by a sorted key, a small table) run on the coordinator
@@ -343,6 +349,7 @@ async fn main() -> anyhow::Result<()> {
             max_queued_queries: args.max_queued_queries,
         },
         worker_memory_limit: args.worker_memory_limit,
+        coordinator_memory_limit: args.coordinator_memory_limit,
         health_interval: seconds(args.health_interval, "--health-interval")?,
         warehouse: args.warehouse,
         data_dir: Some(args.data_dir),

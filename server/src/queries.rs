@@ -52,6 +52,14 @@ pub struct QueryRow {
     pub job_id: String,
 }
 
+/// The running and recent queries with the task counts of running jobs
+/// (finished, all): what `system.queries` shows. The coordinator answers
+/// it; the catalog's system tables read it through this trait, as the
+/// coordinator plans statements over the catalog and must come first.
+pub trait LiveQueries: Send + Sync {
+    fn live_queries(&self) -> Vec<(QueryRow, Option<(usize, usize)>)>;
+}
+
 #[derive(Default)]
 pub struct QueryLog {
     running: DashMap<String, (QueryRow, Instant)>,

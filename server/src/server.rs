@@ -1,10 +1,13 @@
 //! Starting a coordinator: workers, tables, session, Flight SQL listener.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
@@ -44,6 +47,7 @@ use crate::planner::one_partition::NoShuffleAfterOnePartition;
 use crate::planner::pruned_scan_ranges::PrunedScanRanges;
 use crate::planner::scalar_subquery::CheckedScalarSubqueries;
 use crate::planner::statistics_bounds::FileStatisticsAsBounds;
+use crate::queries::LiveQueries;
 use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
@@ -65,6 +69,11 @@ pub const CLIENT_STREAMS_PER_CONNECTION: u32 = 128;
 /// Default of `--max-queries-per-user`: above the 32 that run at once,
 /// so one busy client can fill the cluster but not the whole queue.
 pub const DEFAULT_MAX_QUERIES_PER_USER: usize = 64;
+
+/// The default of `--coordinator-memory-limit`: the plans the coordinator
+/// runs itself are small by design (`planner::local`), and they share the
+/// threads that serve every client.
+pub const DEFAULT_COORDINATOR_MEMORY_LIMIT: usize = 1 << 30;
 
 /// How to start a coordinator.
 #[derive(Debug, Clone)]
@@ -91,6 +100,9 @@ pub struct ServerOptions {
     pub limits: JobLimits,
     /// Memory limit of each embedded worker.
     pub worker_memory_limit: Option<usize>,
+    /// Memory for the plans the coordinator runs itself (lookups, queries
+    /// over constants); a plan past it fails with RESOURCE_EXHAUSTED.
+    pub coordinator_memory_limit: usize,
     /// How often workers are health-probed.
     pub health_interval: Duration,
     /// Where created tables and their catalog live (`--warehouse`: a
@@ -136,6 +148,7 @@ impl Default for ServerOptions {
             settings: vec![],
             limits: JobLimits::default(),
             worker_memory_limit: None,
+            coordinator_memory_limit: DEFAULT_COORDINATOR_MEMORY_LIMIT,
             health_interval: Duration::from_secs(2),
             warehouse: None,
             data_dir: None,
@@ -376,8 +389,18 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .set(key, value)
             .map_err(|e| anyhow::anyhow!("--set {key}={value}: {e}"))?;
     }
+    // Bounded, and never spilling: a plan run here that needs more than
+    // the limit belongs on the workers, and fails rather than growing.
+    let pool: Arc<dyn MemoryPool> = Arc::new(TrackConsumersPool::new(
+        GreedyMemoryPool::new(options.coordinator_memory_limit),
+        NonZeroUsize::new(3).expect("non-zero"),
+    ));
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())))
+        .with_memory_pool(pool)
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
         .build_arc()?;
     let warehouse = match warehouse_location(&options) {
         Some(location) => Some(Warehouse::open(&location, &runtime)?),
@@ -437,7 +460,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let coordinator = Arc::new(coordinator);
     crate::catalog::system::register(
         coordinator.session(),
-        Arc::downgrade(&coordinator),
+        Arc::downgrade(&coordinator) as Weak<dyn LiveQueries>,
         Arc::clone(&resolver),
         health.clone(),
     )?;

@@ -18,7 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
 use crate::cluster::{WorkerHealth, WorkerResolver};
-use crate::coordinator::Coordinator;
+use crate::queries::LiveQueries;
 
 /// The schema the tables live in, in the default catalog.
 pub const SYSTEM_SCHEMA: &str = "system";
@@ -68,7 +68,7 @@ impl TableProvider for SystemTable {
 /// catalog.
 pub fn register(
     ctx: &SessionContext,
-    coordinator: Weak<Coordinator>,
+    coordinator: Weak<dyn LiveQueries>,
     resolver: Arc<dyn WorkerResolver>,
     health: WorkerHealth,
 ) -> Result<()> {
@@ -133,7 +133,7 @@ fn workers_table(resolver: Arc<dyn WorkerResolver>, health: WorkerHealth) -> Sys
     }
 }
 
-fn queries_table(coordinator: Weak<Coordinator>) -> SystemTable {
+fn queries_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("user", DataType::Utf8, false),
@@ -151,15 +151,7 @@ fn queries_table(coordinator: Weak<Coordinator>) -> SystemTable {
             let coordinator = coordinator.upgrade().ok_or_else(|| {
                 DataFusionError::Execution("the coordinator is shutting down".into())
             })?;
-            let rows = coordinator.queries().rows();
-            let progress: Vec<_> = rows
-                .iter()
-                .map(|r| {
-                    coordinator
-                        .progress(&r.job_id)
-                        .filter(|_| r.state == "running")
-                })
-                .collect();
+            let (rows, progress): (Vec<_>, Vec<_>) = coordinator.live_queries().into_iter().unzip();
             batch(
                 &rows_schema,
                 vec![
@@ -177,10 +169,12 @@ fn queries_table(coordinator: Weak<Coordinator>) -> SystemTable {
                     )),
                     Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.stages))),
                     Arc::new(UInt64Array::from_iter(
-                        progress.iter().map(|p| p.map(|p| p.finished as u64)),
+                        progress
+                            .iter()
+                            .map(|p| p.map(|(finished, _)| finished as u64)),
                     )),
                     Arc::new(UInt64Array::from_iter(
-                        progress.iter().map(|p| p.map(|p| p.tasks as u64)),
+                        progress.iter().map(|p| p.map(|(_, tasks)| tasks as u64)),
                     )),
                 ],
             )

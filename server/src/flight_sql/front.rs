@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
-    HandshakeRequest, PollInfo, SchemaResult, Ticket,
+    Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo,
+    SchemaResult, Ticket,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -167,23 +167,4 @@ pub fn too_large_response(
         }
     }
     response
-}
-
-/// The action types a client may list, beyond Flight SQL's own.
-pub fn extra_action_types() -> Vec<ActionType> {
-    [
-        ("CancelFlightInfo", "Cancel a query by its FlightInfo"),
-        (
-            "SetSessionOptions",
-            "Set session options (catalog, schema, settings)",
-        ),
-        ("GetSessionOptions", "Get the session's options"),
-        ("CloseSession", "End the session"),
-    ]
-    .into_iter()
-    .map(|(r#type, description)| ActionType {
-        r#type: r#type.into(),
-        description: description.into(),
-    })
-    .collect()
 }

@@ -1,9 +1,11 @@
 //! The client-facing Arrow Flight SQL service.
 
+pub mod action_types;
 pub mod front;
 pub mod handles;
 pub mod metadata;
 pub mod poll;
+pub mod poll_store;
 pub mod prepared;
 pub mod quotas;
 pub mod rebind;

@@ -11,9 +11,6 @@
 //!
 //! GetSchema answers the result schema of a command without running it.
 
-use std::sync::Mutex;
-use std::time::Duration;
-
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::sql::{Any, Command, ProstMessageExt, TicketStatementQuery};
 use arrow_flight::{
@@ -25,40 +22,16 @@ use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use prost::Message;
 use tonic::{Request, Status};
 
-use super::handles::HandleMap;
+use super::poll_store::Polled;
 use super::service::SquadronFlightSql;
 use super::sessions::Caller;
+use crate::coordinator::is_update;
 use crate::coordinator::{update_schema, PlannedQuery};
-use crate::output::JobStream;
 use crate::planner::client_types::client_schema;
 use crate::session::changes_session;
-use crate::updates::is_update;
 
 /// The descriptor command that names a polled query.
 const POLL_TYPE_URL: &str = "type.googleapis.com/squadron.PolledQuery";
-
-pub const POLL_TTL: Duration = Duration::from_secs(300);
-pub const POLL_CAPACITY: usize = 256;
-
-/// A query started by PollFlightInfo.
-pub struct Polled {
-    info: FlightInfo,
-    /// The running query's rows until its DoGet takes them.
-    stream: Mutex<Option<JobStream>>,
-}
-
-pub type PollStore = HandleMap<Polled>;
-
-pub fn new_poll_store() -> PollStore {
-    HandleMap::new("polled queries", POLL_TTL, POLL_CAPACITY)
-}
-
-impl Polled {
-    /// The rows of the query, for its one DoGet.
-    pub fn take_stream(&self) -> Option<JobStream> {
-        self.stream.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
 
 impl SquadronFlightSql {
     pub async fn poll(&self, request: Request<FlightDescriptor>) -> Result<PollInfo, Status> {
@@ -113,10 +86,7 @@ impl SquadronFlightSql {
         let job_id = self.state().signer.job_id(&id);
         let slot = self.state().quotas.admit(caller)?;
         let stream = self.run_query(caller, slot, &job_id, planned).await?;
-        let polled = Polled {
-            info,
-            stream: Mutex::new(Some(stream)),
-        };
+        let polled = Polled::new(info, stream);
         // Refused at capacity: the stream is dropped and the query stops.
         self.state()
             .polls
@@ -129,7 +99,7 @@ impl SquadronFlightSql {
         let info = self
             .state()
             .polls
-            .with(id, |polled| polled.info.clone())
+            .with(id, |polled| polled.info().clone())
             .ok_or_else(|| {
                 Status::not_found("unknown polled query (expired, cancelled, or never started)")
             })?;

@@ -37,9 +37,9 @@ use squadron_worker::stream::encoder::flight_data;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::front::extra_action_types;
+use super::action_types::extra_action_types;
 use super::metadata;
-use super::poll::{new_poll_store, PollStore};
+use super::poll_store::{new_poll_store, PollStore};
 use super::prepared::{Prepared, PreparedStore};
 use super::quotas::{QuotaSlot, UserQuotas};
 use super::session_options::{
@@ -47,6 +47,7 @@ use super::session_options::{
 };
 use super::sessions::{Caller, Sessions, DEFAULT_CAPACITY, DEFAULT_IDLE_TTL, SESSION_COOKIE};
 use super::statements::{Pending, StartedQuery, StatementStore};
+use crate::coordinator::is_update;
 use crate::coordinator::{Coordinator, PlannedQuery, Reuse, Work};
 use crate::output::encode_batches;
 use crate::planner::templates::StatementKey;
@@ -54,7 +55,7 @@ use crate::security::auth::Authenticator;
 use crate::security::tickets::HandleSigner;
 use crate::session::{changes_session, Session};
 use crate::updates::ingest::ingest;
-use crate::updates::{is_update, run_update};
+use crate::updates::{run_update, run_update_now};
 use datafusion::logical_expr::LogicalPlan;
 use squadron_worker::tls::conn::remote_addr;
 
@@ -371,7 +372,7 @@ impl SquadronFlightSql {
         let answer = self
             .as_query(
                 caller,
-                self.coordinator.run_update_now(&schema, plan, &session),
+                run_update_now(&self.coordinator, &schema, plan, &session),
             )
             .await?;
         Ok(PlannedQuery {

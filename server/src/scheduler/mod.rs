@@ -6,6 +6,7 @@ pub mod job_runner;
 pub mod local_run;
 pub mod placement;
 pub mod progress;
+pub mod stoppable;
 
 pub use admission::Admission;
 pub use dispatch::{start_job, JobAttempt, JobIds, TaskFailure};

@@ -9,6 +9,7 @@ use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::tls::ClusterTlsFiles;
 
 use super::auth::Authenticator;
+use super::secret::read_secret;
 use super::tokens::{ExternalIssuer, TokenIssuer};
 use super::users::Users;
 use super::ClientTlsFiles;
@@ -96,21 +97,6 @@ pub struct Security {
     pub auth: Option<Arc<Authenticator>>,
     /// Where clients may create external tables; `None`: nowhere.
     pub table_roots: Option<DataRoots>,
-}
-
-/// A secret from a file: its bytes without a trailing newline, at least 32.
-pub fn read_secret(file: &std::path::Path) -> anyhow::Result<Vec<u8>> {
-    let mut secret =
-        std::fs::read(file).map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
-    if secret.last() == Some(&b'\n') {
-        secret.pop();
-    }
-    anyhow::ensure!(
-        secret.len() >= 32,
-        "{}: a signing secret needs at least 32 bytes",
-        file.display()
-    );
-    Ok(secret)
 }
 
 impl SecurityArgs {

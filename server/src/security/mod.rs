@@ -4,6 +4,7 @@
 pub mod args;
 pub mod auth;
 pub mod layer;
+pub mod secret;
 pub mod tickets;
 pub mod tokens;
 pub mod users;

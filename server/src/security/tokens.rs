@@ -86,7 +86,7 @@ impl ExternalIssuer {
     /// An issuer sharing an HS256 secret (the file's bytes, trailing
     /// newline dropped).
     pub fn hs256(secret_file: &Path) -> anyhow::Result<Self> {
-        let secret = super::args::read_secret(secret_file)?;
+        let secret = super::secret::read_secret(secret_file)?;
         Ok(Self {
             key: DecodingKey::from_secret(&secret),
             validation: Validation::new(Algorithm::HS256),

@@ -21,6 +21,7 @@ pub mod table_writes;
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DFSchema, TableReference};
@@ -42,12 +43,27 @@ use names::{already_exists, exists};
 use squadron_worker::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
 use table_writes::{catalog_of as catalog, write_rows, Append, PendingWrite};
 
-/// Whether `plan` is a statement `run_update` executes.
-pub fn is_update(plan: &LogicalPlan) -> bool {
-    matches!(
-        plan,
-        LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_)
+/// Runs a DDL or DML statement now (after an admission slot); its
+/// answer for `schema`: nothing for DDL, one `count` row for DML.
+pub async fn run_update_now(
+    coord: &Coordinator,
+    schema: &SchemaRef,
+    plan: LogicalPlan,
+    session: &Arc<Session>,
+) -> Result<Vec<RecordBatch>, Status> {
+    let slot = coord.admit().await?;
+    // Boxed: an update runs its input through `execute` again.
+    let rows = Box::pin(run_update(coord, session, plan)).await?;
+    drop(slot);
+    if schema.fields().is_empty() {
+        return Ok(vec![]);
+    }
+    let count = RecordBatch::try_new(
+        Arc::clone(schema),
+        vec![Arc::new(Int64Array::from(vec![rows as i64]))],
     )
+    .map_err(|e| Status::internal(e.to_string()))?;
+    Ok(vec![count])
 }
 
 /// Runs a DDL or DML statement; returns the rows it wrote (0 for DDL).

@@ -115,6 +115,86 @@ fn endless_sql() -> String {
     )
 }
 
+/// A plan over constants whose work is in proportion to its input runs in
+/// the request that reads it (`LocalRun::AsRead`): the query timeout stops
+/// it there too (at its next yield: here after its one batch), and it
+/// leaves the running jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_computed_as_it_is_read_is_stopped_by_the_query_timeout() {
+    let mut options = test_options(vec![], vec![]);
+    options.limits.query_timeout = Some(Duration::from_millis(200));
+    let server = coordinator_with(options).await;
+    let mut client = client(&server).await;
+    // 4 million characters rewritten one by one: longer than 200 ms.
+    let rows = vec!["('ab')"; 20].join(", ");
+    let sql = format!(
+        "SELECT sum(length(regexp_replace(repeat(x, 100000), '[a-z]', 'yy', 'g'))) \
+         FROM (VALUES {rows}) t(x)"
+    );
+    let error = tokio::time::timeout(Duration::from_secs(120), query(&mut client, &sql))
+        .await
+        .expect("the query ends")
+        .expect_err("stopped past the timeout");
+    assert_eq!(error.code(), Code::DeadlineExceeded, "{error}");
+    assert!(error.message().contains("--query-timeout"), "{error}");
+    let deadline = Instant::now() + IDLE_WITHIN;
+    while server.coordinator.running_jobs() > 0 {
+        assert!(Instant::now() < deadline, "a stopped query keeps its slot");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = query(&mut client, "SELECT 40 + 2").await.unwrap();
+    assert_eq!(answer[0].column(0).as_primitive::<Int64Type>().value(0), 42);
+    server.shutdown().await.unwrap();
+}
+
+/// The plans the coordinator runs itself have a memory pool: one that
+/// needs more fails with RESOURCE_EXHAUSTED (the coordinator does not
+/// spill), while other queries, on the coordinator and on the workers,
+/// go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_on_the_coordinator_past_its_memory_limit_is_resource_exhausted() {
+    let (_dir, tables) = tpch_data(0.01);
+    let mut options = test_options(vec![], tables);
+    options.coordinator_memory_limit = 16 << 20;
+    let server = coordinator_with(options).await;
+    let mut client = client(&server).await;
+    // Constants only, so it runs here: sorting eight strings of 8 MB.
+    let rows = [
+        "('a')", "('b')", "('c')", "('d')", "('e')", "('f')", "('g')", "('h')",
+    ];
+    let sort = format!(
+        "SELECT length(s) FROM (SELECT repeat(x, 8000000) AS s FROM (VALUES {}) t(x)) \
+         ORDER BY s",
+        rows.join(", ")
+    );
+    let mut sort_client = client.clone();
+    let sorting = tokio::spawn(async move { query(&mut sort_client, &sort).await });
+    let nations = query(
+        &mut client,
+        "SELECT count(*) FROM nation WHERE n_regionkey >= 0",
+    )
+    .await
+    .expect("a query on the workers meanwhile");
+    assert_eq!(
+        nations[0].column(0).as_primitive::<Int64Type>().value(0),
+        25
+    );
+    let error = tokio::time::timeout(Duration::from_secs(60), sorting)
+        .await
+        .expect("refused, not grown")
+        .unwrap()
+        .expect_err("more than the limit");
+    assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+    let small = "SELECT max(x) FROM (SELECT x FROM (VALUES (1000), (7)) t(x) ORDER BY x DESC)";
+    let answer = query(&mut client, small).await.expect("a sort that fits");
+    assert_eq!(
+        answer[0].column(0).as_primitive::<Int64Type>().value(0),
+        1000
+    );
+    assert_eq!(server.coordinator.running_jobs(), 0);
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_plan_on_the_coordinator_stops_when_cancelled() {
     let server = coordinator_with(test_options(vec![], vec![])).await;
