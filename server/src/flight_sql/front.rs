@@ -11,6 +11,7 @@ use arrow_flight::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
+use super::command_check::check_command;
 use super::service::SquadronFlightSql;
 use crate::metrics::{command_of, flight_request, known_command};
 
@@ -60,7 +61,10 @@ impl FlightService for SquadronFlight {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let command = command_of(&request.get_ref().cmd);
-        let result = FlightService::get_flight_info(&*self.sql, request).await;
+        let result = match check_command(&request.get_ref().cmd, "command") {
+            Ok(()) => FlightService::get_flight_info(&*self.sql, request).await,
+            Err(status) => Err(status),
+        };
         flight_request("GetFlightInfo", command, &result);
         result
     }
@@ -90,7 +94,10 @@ impl FlightService for SquadronFlight {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         let command = command_of(&request.get_ref().ticket);
-        let result = FlightService::do_get(&*self.sql, request).await;
+        let result = match check_command(&request.get_ref().ticket, "ticket") {
+            Ok(()) => FlightService::do_get(&*self.sql, request).await,
+            Err(status) => Err(status),
+        };
         flight_request("DoGet", command, &result);
         result
     }

@@ -1,6 +1,7 @@
 //! The client-facing Arrow Flight SQL service.
 
 pub mod action_types;
+pub mod command_check;
 pub mod front;
 pub mod handles;
 pub mod metadata;

@@ -70,6 +70,17 @@ async fn bad_input_gets_clear_statuses_and_the_server_stays_healthy() {
         "{err}"
     );
 
+    // A ticket of a known type whose body's framing is broken.
+    let mut broken = forged.as_any();
+    broken.value = vec![0x0a, 0x7f, b'x'].into();
+    let err = client
+        .do_get(Ticket::new(broken.encode_to_vec()))
+        .await
+        .map(|_| ())
+        .map_err(crate::support::to_status)
+        .expect_err("a broken ticket is refused");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+
     assert_eq!(count(&mut client, "region").await, 5);
     server.shutdown().await.unwrap();
 }
