@@ -68,11 +68,6 @@ impl PeerClients {
         }
     }
 
-    /// Whether peers are dialed over mutual TLS.
-    pub fn uses_tls(&self) -> bool {
-        self.tls.is_some()
-    }
-
     pub fn channel(&self, url: &str) -> Result<Channel> {
         if let Some(channel) = self.channels.get(url) {
             return Ok(channel.clone());

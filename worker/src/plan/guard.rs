@@ -63,11 +63,6 @@ impl DataRoots {
         self
     }
 
-    /// Whether no root is set (anything may be read).
-    pub fn is_unrestricted(&self) -> bool {
-        self.roots.is_empty()
-    }
-
     /// Whether a table `LOCATION` (a URL, an absolute or relative path, a
     /// glob) lies under a root. A path is resolved as the process sees
     /// it, through symbolic links of the part that exists, so neither
