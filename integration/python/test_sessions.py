@@ -45,6 +45,41 @@ def test_session_settings_reach_the_workers(cluster, oracle):
         assert sizes["mine"] <= 100 < sizes["other"], sizes
 
 
+def distributed_plan(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(f"EXPLAIN {sql}")
+        return dict(cur.fetchall())["distributed_plan"]
+
+
+def test_squadron_settings_change_planning_for_this_session_only(cluster, oracle):
+    # The cluster runs every table read on the workers
+    # (--coordinator-scan-limit 0); one session lets small reads run here.
+    small = "SELECT count(*) FROM nation WHERE n_regionkey = 1"
+    join = "SELECT n_name, count(*) FROM nation, region WHERE n_regionkey = r_regionkey GROUP BY 1"
+    with connect(cluster) as mine, connect(cluster) as other:
+        with mine.cursor() as cur:
+            cur.execute("SET squadron.coordinator_scan_limit = 67108864")
+        assert show(mine, "squadron.coordinator_scan_limit") == "67108864"
+        assert show(other, "squadron.coordinator_scan_limit") == "0"
+        assert "Runs on the coordinator" in distributed_plan(mine, small)
+        assert "Runs on the coordinator" not in distributed_plan(other, small)
+        # A join runs on the workers whatever the limit: its tasks carry the
+        # session's squadron.* settings, which the workers accept.
+        assert "Runs on the coordinator" not in distributed_plan(mine, join)
+        for conn in (mine, other):
+            with conn.cursor() as cur:
+                cur.execute(small)
+                assert cur.fetchall() == [(5,)]
+                cur.execute(join)
+                assert_same(cur.fetch_arrow_table(), oracle.sql(join).to_arrow_table(), False)
+        with mine.cursor() as cur:
+            cur.execute("RESET squadron.coordinator_scan_limit")
+        assert show(mine, "squadron.coordinator_scan_limit") == "0"
+        with pytest.raises(Exception, match="no_such_setting"):
+            with mine.cursor() as cur:
+                cur.execute("SET squadron.no_such_setting = 1")
+
+
 def test_a_session_may_raise_its_tasks_per_stage_within_bounds(cluster, oracle):
     # Each branch of the union shuffles its groups to the final aggregate
     # (after a one-partition input with no union above, one task would

@@ -23,6 +23,7 @@ use futures::{StreamExt, TryStreamExt};
 use squadron_worker::error::to_status;
 use squadron_worker::plan::guard::DataRoots;
 use squadron_worker::plan::ready_to_execute;
+use squadron_worker::squadron_options::SquadronOptions;
 use squadron_worker::write::{TableWriteExec, WriteTarget};
 use tokio::sync::mpsc::{Sender, WeakSender};
 use tokio_stream::wrappers::ReceiverStream;
@@ -31,9 +32,7 @@ use tonic::Status;
 
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::planner::cached_footers::CachedFooters;
-use crate::planner::local::{
-    computes_in_proportion, reads_little, reads_no_table, DEFAULT_COORDINATOR_SCAN_LIMIT,
-};
+use crate::planner::local::{computes_in_proportion, reads_little, reads_no_table};
 use crate::planner::placeholders::number_placeholders;
 use crate::planner::templates::{Instance, StatementKey, Template};
 use crate::planner::{
@@ -266,12 +265,6 @@ pub struct Coordinator {
     table_roots: Option<DataRoots>,
     /// Running and recently ended queries (`system.queries`).
     queries: Arc<QueryLog>,
-    /// Queries reading at most this many bytes of Parquet run here
-    /// (`--coordinator-scan-limit`).
-    scan_limit: u64,
-    /// Whether statements that differ only in their constants re-use a
-    /// plan (`--reuse-plans`).
-    reuse_plans: bool,
 }
 
 impl Coordinator {
@@ -286,23 +279,7 @@ impl Coordinator {
             running: Arc::new(DashMap::new()),
             table_roots: None,
             queries: Arc::default(),
-            scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
-            reuse_plans: true,
         }
-    }
-
-    /// Whether statements that differ only in their constants re-use a
-    /// plan (see `planner::templates`).
-    pub fn with_plan_reuse(mut self, reuse: bool) -> Self {
-        self.reuse_plans = reuse;
-        self
-    }
-
-    /// Runs queries that read at most `bytes` of Parquet here, not on the
-    /// workers; 0 sends every table read to the workers.
-    pub fn with_scan_limit(mut self, bytes: u64) -> Self {
-        self.scan_limit = bytes;
-        self
     }
 
     /// How `plan` runs on the coordinator, if it does (see
@@ -320,8 +297,9 @@ impl Coordinator {
             .cache_manager
             .get_file_metadata_cache();
         // Reading little implies computing in proportion.
-        reads_little(plan, &CachedFooters::new(footers), self.scan_limit)
-            .then_some(LocalRun::AtOnce)
+        // The session's `squadron.coordinator_scan_limit`.
+        let limit = session.squadron_options().coordinator_scan_limit;
+        reads_little(plan, &CachedFooters::new(footers), limit).then_some(LocalRun::AtOnce)
     }
 
     /// Running and recently ended queries.
@@ -415,12 +393,12 @@ impl Coordinator {
     /// (see `planner::templates`); `None` when plans are not re-used or
     /// it has no constant to swap.
     pub fn statement_key(&self, session: &Session, sql: &str) -> Option<StatementKey> {
-        if !self.reuse_plans {
-            return None;
-        }
         // Read in place: a clone of the state costs more than the parse.
         let state = session.ctx().state_ref();
         let state = state.read();
+        if !SquadronOptions::of(state.config_options()).reuse_plans {
+            return None;
+        }
         StatementKey::of(&state, sql)
     }
 

@@ -56,6 +56,7 @@ use crate::warehouse::janitor::{Janitor, JanitorOptions};
 use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
 use crate::Coordinator;
+use squadron_worker::squadron_options::{with_squadron_options, SquadronOptions};
 
 /// Largest message a client may send (a parameter or ingest batch):
 /// larger ones are RESOURCE_EXHAUSTED. Clients split ingested tables into
@@ -382,7 +383,12 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         .partitions
         .unwrap_or_else(|| default_partitions(local_workers.len(), workers.len()))
         .max(1);
-    let mut config = coordinator_session_config(partitions);
+    // The flags are the defaults of the sessions' `squadron.*` settings.
+    let defaults = SquadronOptions {
+        coordinator_scan_limit: options.coordinator_scan_limit,
+        reuse_plans: options.reuse_plans,
+    };
+    let mut config = with_squadron_options(coordinator_session_config(partitions), defaults);
     for (key, value) in &options.settings {
         config
             .options_mut()
@@ -431,9 +437,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.settings.iter().cloned().collect(),
     );
     let mut coordinator = Coordinator::new(ctx, runner, &options.limits)
-        .with_table_roots(options.table_roots.clone())
-        .with_scan_limit(options.coordinator_scan_limit)
-        .with_plan_reuse(options.reuse_plans);
+        .with_table_roots(options.table_roots.clone());
     let mut janitor = None;
     if let Some(warehouse) = &warehouse {
         let ctx = coordinator.session().clone();

@@ -19,11 +19,14 @@ use squadron_worker::configured_functions::refresh_configured_functions;
 use tonic::Status;
 
 use crate::planner::templates::Templates;
+use datafusion::common::config::ConfigExtension;
+use squadron_worker::squadron_options::SquadronOptions;
 
 /// Settings a client may change for itself. The rest shape the server
 /// process (memory, spill directories, the catalog's storage) or the
 /// cluster (tasks per stage: `--partitions`), and are the operator's.
 const CLIENT_SETTINGS: &[&str] = &[
+    "squadron.",
     "datafusion.execution.",
     "datafusion.optimizer.",
     "datafusion.sql_parser.",
@@ -109,6 +112,11 @@ impl Session {
 
     pub fn task_ctx(&self) -> Arc<TaskContext> {
         self.ctx.task_ctx()
+    }
+
+    /// The session's `squadron.*` settings.
+    pub fn squadron_options(&self) -> SquadronOptions {
+        SquadronOptions::of(self.ctx.state_ref().read().config_options())
     }
 
     /// The settings this session changed, for its tasks.
@@ -234,8 +242,16 @@ impl Session {
         if key != TARGET_PARTITIONS {
             check_client_may_set(&key)?;
         }
-        if let Err(e) = self.initial.clone().reset(&key) {
-            return Err(Status::invalid_argument(e.to_string()));
+        // DataFusion resets only its own namespace; an extension's key is
+        // checked against the settings it lists.
+        let extension = key.starts_with(&format!("{}.", SquadronOptions::PREFIX));
+        if extension && !self.initial.entries().iter().any(|e| e.key == key) {
+            return Err(Status::invalid_argument(format!("no setting {key}")));
+        }
+        if !extension {
+            if let Err(e) = self.initial.clone().reset(&key) {
+                return Err(Status::invalid_argument(e.to_string()));
+            }
         }
         let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
         changed.remove(&key);
@@ -335,7 +351,7 @@ fn check_client_may_set(key: &str) -> Result<(), Status> {
     } else {
         Err(Status::permission_denied(format!(
             "{key} is a server setting a client cannot change; clients may change \
-             datafusion.execution.*, datafusion.optimizer.*, datafusion.sql_parser.*, \
+             squadron.*, datafusion.execution.*, datafusion.optimizer.*, datafusion.sql_parser.*, \
              datafusion.explain.*, datafusion.format.* (target_partitions up to \
              {MAX_PARTITIONS_FACTOR} times the server's), the default catalog and schema, \
              information_schema, and any setting to the value it already has"

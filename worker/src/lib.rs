@@ -9,6 +9,7 @@
 //! - `client`: cached channels to peers
 //! - `object_stores`: remote tables' stores, built from the environment
 //! - `write/`: part files of created tables, written by the tasks
+//! - `squadron_options`: the `squadron.*` session settings
 
 pub mod client;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod server;
 pub mod service;
 pub mod shutdown;
 pub mod single_row;
+pub mod squadron_options;
 pub mod stream;
 pub mod task;
 pub mod tls;

@@ -45,10 +45,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::cached_footers::{CachedFooters, ScanPruning, MAX_RANGES_CHECKED};
 
-/// The default `--coordinator-scan-limit`: a few row groups of a typical
-/// table (Squadron writes 16,384 rows per row group; TPC-H `customer`'s
-/// are 1.4 MB each).
-pub const DEFAULT_COORDINATOR_SCAN_LIMIT: u64 = 4 << 20;
+pub use squadron_worker::squadron_options::DEFAULT_COORDINATOR_SCAN_LIMIT;
 
 /// Whether every input of `plan` is a constant of the statement.
 pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {

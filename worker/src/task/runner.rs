@@ -31,6 +31,7 @@ use crate::configured_functions::refresh_configured_functions;
 use crate::error::{is_upstream, status_code};
 use crate::plan::guard::{check_plan, DataRoots};
 use crate::plan::{decode_plan, StageBinding, StageReadExec};
+use crate::squadron_options::{with_squadron_options, SquadronOptions};
 use crate::stream::{
     output_channels, write_output, OutputWriter, Router, StreamManager, StreamSecret,
 };
@@ -379,9 +380,11 @@ fn panicked(key: &AttemptKey, panic: &(dyn std::any::Any + Send)) -> TaskStatus 
     }
 }
 
-/// The session tasks execute in.
+/// The session tasks execute in. Squadron's settings are registered so
+/// that a query's `squadron.*` settings, sent with its tasks, apply.
 pub fn task_session_config() -> SessionConfig {
-    distributable(SessionConfig::new())
+    let config = with_squadron_options(SessionConfig::new(), SquadronOptions::default());
+    distributable(config)
 }
 
 fn distributable(mut config: SessionConfig) -> SessionConfig {
