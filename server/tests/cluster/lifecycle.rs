@@ -14,6 +14,7 @@ use crate::support::{
 use arrow_flight::{Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus};
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
+use squadron_server::RunningServer;
 use squadron_worker::{spawn_worker, WorkerOptions};
 use tonic::Code;
 
@@ -94,14 +95,20 @@ async fn a_long_plan_on_the_coordinator_is_stopped_by_the_query_timeout() {
         assert!(error.message().contains("--query-timeout"), "{error}");
     }
     assert!(started.elapsed() < Duration::from_secs(30));
-    let deadline = Instant::now() + IDLE_WITHIN;
-    while server.coordinator.running_jobs() > 0 {
-        assert!(Instant::now() < deadline, "a stopped query keeps its slot");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_running_jobs_within(&server, IDLE_WITHIN, "a stopped query keeps its slot").await;
     // Within the 2 s timeout: the stopped plans no longer hold threads.
     assert_eq!(forty_two(&mut client).await, 42, "after they were stopped");
     server.shutdown().await.unwrap();
+}
+
+/// Waits until the coordinator runs no job, failing with `why` after
+/// `within`.
+async fn no_running_jobs_within(server: &RunningServer, within: Duration, why: &str) {
+    let deadline = Instant::now() + within;
+    while server.coordinator.running_jobs() > 0 {
+        assert!(Instant::now() < deadline, "{why}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A statement over constants only, run on the coordinator, that computes
@@ -137,11 +144,7 @@ async fn a_plan_computed_as_it_is_read_is_stopped_by_the_query_timeout() {
         .expect_err("stopped past the timeout");
     assert_eq!(error.code(), Code::DeadlineExceeded, "{error}");
     assert!(error.message().contains("--query-timeout"), "{error}");
-    let deadline = Instant::now() + IDLE_WITHIN;
-    while server.coordinator.running_jobs() > 0 {
-        assert!(Instant::now() < deadline, "a stopped query keeps its slot");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_running_jobs_within(&server, IDLE_WITHIN, "a stopped query keeps its slot").await;
     let answer = query(&mut client, "SELECT 40 + 2").await.unwrap();
     assert_eq!(answer[0].column(0).as_primitive::<Int64Type>().value(0), 42);
     server.shutdown().await.unwrap();
@@ -225,14 +228,7 @@ async fn a_long_plan_on_the_coordinator_stops_when_cancelled() {
         .unwrap()
         .expect_err("cancelled, not completed");
     assert!(error.to_string().contains("cancelled"), "{error}");
-    let deadline = Instant::now() + IDLE_WITHIN;
-    while server.coordinator.running_jobs() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the cancelled query keeps its slot"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_running_jobs_within(&server, IDLE_WITHIN, "the cancelled query keeps its slot").await;
     server.shutdown().await.unwrap();
 }
 
