@@ -10,7 +10,8 @@ echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # No two files of a crate import each other, directly or around a loop.
-python3 .ci/import_cycles.py proto/src worker/src server/src server/src/bin/squadron-bench \
+python3 .ci/import_cycles.py proto/src common/src net/src exec/src worker/src server/src \
+    server/src/bin/squadron-bench \
     integration/sqllogictest/src
 
 echo "== build"

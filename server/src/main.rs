@@ -5,15 +5,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use squadron_common::logging::LogArgs;
+use squadron_common::shutdown::parse_bytes;
+use squadron_exec::object_stores::StoreOptions;
 use squadron_server::catalog::{tpch, TableSpec};
 use squadron_server::cluster::Discovery;
 use squadron_server::health_check::HealthCheckArgs;
 use squadron_server::security::SecurityArgs;
 use squadron_server::warehouse::janitor::JanitorOptions;
 use squadron_server::{start, JobLimits, ServerOptions};
-use squadron_worker::logging::LogArgs;
-use squadron_worker::object_stores::StoreOptions;
-use squadron_worker::shutdown::parse_bytes;
 
 // See the workspace Cargo.toml: large per-query buffers are reused instead
 // of being returned to the OS and faulted back in.
@@ -249,7 +249,7 @@ impl Command {
             Command::Certs {
                 action: CertsAction::Generate { out, hosts },
             } => {
-                squadron_worker::tls::generate::generate(&out, &hosts)?;
+                squadron_net::tls::generate::generate(&out, &hosts)?;
                 println!("certificates written to {}", out.display());
                 Ok(())
             }
@@ -296,13 +296,13 @@ fn non_negative(value: f64, flag: &str) -> anyhow::Result<Duration> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Args = squadron_worker::config::parse("SQUADRON_")?;
+    let args: Args = squadron_common::config::parse("SQUADRON_")?;
     args.log.init()?;
     if let Some(command) = args.command {
         return command.run().await;
     }
     if let Some(listen) = args.metrics_listen {
-        squadron_worker::metrics::serve(listen)?;
+        squadron_common::metrics::serve(listen)?;
     }
     squadron_server::metrics::describe();
     let security = args.security.security(args.demo)?;
@@ -368,7 +368,7 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));
-    let terminated = squadron_worker::shutdown::termination();
+    let terminated = squadron_common::shutdown::termination();
     // Tools that start the server read this line for the bound port.
     println!("Squadron Flight SQL server listening on {}", server.uri());
     server

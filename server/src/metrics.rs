@@ -1,5 +1,5 @@
 //! The coordinator's Prometheus metrics (served by
-//! `squadron_worker::metrics::serve` on `--metrics-listen`). Every name the
+//! `squadron_common::metrics::serve` on `--metrics-listen`). Every name the
 //! Grafana dashboard uses is one of these; a test checks it.
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};

@@ -14,17 +14,15 @@ use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use squadron_worker::client::{
-    PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
-};
-use squadron_worker::object_stores::{ObjectStores, StoreOptions};
-use squadron_worker::plan::guard::DataRoots;
-use squadron_worker::service::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
-use squadron_worker::single_row::scalar_subquery_value;
-use squadron_worker::tls::client::ClusterClientTls;
-use squadron_worker::tls::conn::incoming;
-use squadron_worker::tls::server_config::{server_config, ReloadingCert};
-use squadron_worker::tls::ClusterTlsFiles;
+use squadron_exec::object_stores::{ObjectStores, StoreOptions};
+use squadron_exec::plan::guard::DataRoots;
+use squadron_exec::single_row::scalar_subquery_value;
+use squadron_net::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
+use squadron_net::tls::client::ClusterClientTls;
+use squadron_net::tls::conn::incoming;
+use squadron_net::tls::server_config::{server_config, ReloadingCert};
+use squadron_net::tls::ClusterTlsFiles;
+use squadron_net::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -56,7 +54,7 @@ use crate::warehouse::janitor::{Janitor, JanitorOptions};
 use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
 use crate::Coordinator;
-use squadron_worker::squadron_options::{with_squadron_options, SquadronOptions};
+use squadron_exec::squadron_options::{with_squadron_options, SquadronOptions};
 
 /// Largest message a client may send (a parameter or ingest batch):
 /// larger ones are RESOURCE_EXHAUSTED. Clients split ingested tables into
@@ -192,7 +190,7 @@ impl RunningServer {
     }
 
     /// Serves until `terminated` resolves (see
-    /// `squadron_worker::shutdown::termination`), then shuts down
+    /// `squadron_common::shutdown::termination`), then shuts down
     /// gracefully: no new calls, running queries get `grace` to finish.
     pub async fn serve_until_terminated(
         mut self,
@@ -208,7 +206,7 @@ impl RunningServer {
             let _ = tx.send(());
         }
         let handle = tokio::spawn(async move { Ok(self.handle.await??) });
-        squadron_worker::shutdown::drain(handle, grace, "coordinator").await
+        squadron_common::shutdown::drain(handle, grace, "coordinator").await
     }
 
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
@@ -345,7 +343,7 @@ async fn follow_workers(
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let mut local_workers = vec![];
     let warehouse_url = warehouse_location(&options)
-        .map(|location| squadron_worker::write::location_url(&location))
+        .map(|location| squadron_exec::write::location_url(&location))
         .transpose()?;
     let discovered = match &options.discovery {
         Some(discovery) => Some(Arc::new(

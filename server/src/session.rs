@@ -15,12 +15,12 @@ use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
-use squadron_worker::configured_functions::refresh_configured_functions;
+use squadron_exec::configured_functions::refresh_configured_functions;
 use tonic::Status;
 
 use crate::planner::templates::Templates;
 use datafusion::common::config::ConfigExtension;
-use squadron_worker::squadron_options::SquadronOptions;
+use squadron_exec::squadron_options::SquadronOptions;
 
 /// Settings a client may change for itself. The rest shape the server
 /// process (memory, spill directories, the catalog's storage) or the
@@ -290,7 +290,7 @@ impl Session {
                 self.ctx
                     .execute_logical_plan(plan.clone())
                     .await
-                    .map_err(|e| squadron_worker::error::to_status(&e))?;
+                    .map_err(|e| squadron_common::error::to_status(&e))?;
                 Ok(())
             }
             other => Err(Status::internal(format!(

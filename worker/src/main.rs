@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use squadron_worker::logging::LogArgs;
-use squadron_worker::object_stores::StoreOptions;
-use squadron_worker::plan::guard::DataRoots;
-use squadron_worker::shutdown::{drain, parse_bytes, termination};
+use squadron_common::logging::LogArgs;
+use squadron_common::shutdown::{drain, parse_bytes, termination};
+use squadron_exec::object_stores::StoreOptions;
+use squadron_exec::plan::guard::DataRoots;
+use squadron_net::tls::ClusterTlsFiles;
 use squadron_worker::task::Failpoint;
-use squadron_worker::tls::ClusterTlsFiles;
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 
@@ -92,10 +92,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Args = squadron_worker::config::parse("SQUADRON_WORKER_")?;
+    let args: Args = squadron_common::config::parse("SQUADRON_WORKER_")?;
     args.log.init()?;
     if let Some(listen) = args.metrics_listen {
-        squadron_worker::metrics::serve(listen)?;
+        squadron_common::metrics::serve(listen)?;
     }
     let failpoint = Failpoint::from_env()?.map(Arc::new);
     if failpoint.is_some() {
@@ -121,7 +121,7 @@ async fn main() -> anyhow::Result<()> {
         data_roots: DataRoots::new(&args.data_roots)?.with_warehouse(
             args.warehouse
                 .as_deref()
-                .map(squadron_worker::write::location_url)
+                .map(squadron_exec::write::location_url)
                 .transpose()?
                 .as_ref()
                 .map(|u| u.as_str()),

@@ -1,21 +1,9 @@
-//! Prometheus metrics: the exporter every Squadron process serves on
-//! `--metrics-listen` (`GET /metrics`), and what workers record.
-//!
-//! Names follow Prometheus conventions (`_total` counters, `_seconds`
-//! histograms, `_bytes`); labels take only a handful of fixed values, never
-//! SQL text, user names or job ids. Labelled counters are created at zero
-//! at start-up, so dashboards and alerts see them before the first event.
+//! What workers record in Prometheus metrics (the exporter is
+//! `squadron_common::metrics::serve`).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-
-/// Buckets of every `_seconds` histogram: 1 ms to 5 min.
-pub const SECONDS_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-];
 
 pub const WORKER_TASKS: &str = "squadron_worker_tasks_total";
 pub const WORKER_TASKS_RUNNING: &str = "squadron_worker_tasks_running";
@@ -31,18 +19,6 @@ pub const STAGE_PLAN_SOURCES: &[&str] = &["decoded", "shared"];
 
 /// Outcomes of a task (`outcome` label).
 pub const TASK_OUTCOMES: &[&str] = &["succeeded", "failed", "cancelled"];
-
-/// Installs the process-wide recorder and serves `/metrics` on `listen`.
-/// Call once per process, inside the Tokio runtime.
-pub fn serve(listen: SocketAddr) -> anyhow::Result<()> {
-    PrometheusBuilder::new()
-        .with_http_listener(listen)
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
-        .install()
-        .map_err(|e| anyhow::anyhow!("--metrics-listen {listen}: {e}"))?;
-    tracing::info!("metrics on http://{listen}/metrics");
-    Ok(())
-}
 
 /// Describes the worker's metrics and creates them at zero (adding zero:
 /// embedded workers share one process and its counters).

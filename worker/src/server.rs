@@ -12,17 +12,17 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic_health::ServingStatus;
 
-use crate::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
-use crate::object_stores::{ObjectStores, StoreOptions};
-use crate::plan::guard::DataRoots;
-use crate::service::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
 use crate::service::{WorkerControl, WorkerFlight};
-use crate::stream::StreamManager;
 use crate::task::{Failpoint, StagePlans, TaskRegistry, TaskRunner};
-use crate::tls::client::ClusterClientTls;
-use crate::tls::conn::{incoming, peer_roles};
-use crate::tls::server_config::{server_config, ReloadingCert};
-use crate::tls::{ClusterTlsFiles, Role};
+use squadron_exec::object_stores::{ObjectStores, StoreOptions};
+use squadron_exec::plan::guard::DataRoots;
+use squadron_exec::stream::StreamManager;
+use squadron_net::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
+use squadron_net::tls::client::ClusterClientTls;
+use squadron_net::tls::conn::{incoming, peer_roles};
+use squadron_net::tls::server_config::{server_config, ReloadingCert};
+use squadron_net::tls::{ClusterTlsFiles, Role};
+use squadron_net::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
 
 /// How often a draining worker checks whether its work is done.
 const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);

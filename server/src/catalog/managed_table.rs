@@ -32,7 +32,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStore};
-use squadron_worker::write::StoredFormat;
+use squadron_exec::write::StoredFormat;
 
 use super::persisted::DataFile;
 

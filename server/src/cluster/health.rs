@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::DashMap;
 use futures::future::join_all;
-use squadron_worker::client::PeerClients;
+use squadron_net::client::PeerClients;
 use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 use tonic_health::pb::health_check_response::ServingStatus;

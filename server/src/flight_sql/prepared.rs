@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::LogicalPlanBuilder;
-use squadron_worker::error::to_status;
+use squadron_common::error::to_status;
 use tonic::Status;
 
 use super::handles::HandleMap;

@@ -16,7 +16,7 @@ use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::common::TableReference;
 use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::logical_expr::LogicalPlan;
-use squadron_worker::error::to_status;
+use squadron_common::error::to_status;
 use tonic::Status;
 
 use crate::session::Session;

@@ -33,7 +33,7 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
-use squadron_worker::stream::encoder::flight_data;
+use squadron_net::stream::encoder::flight_data;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
@@ -57,7 +57,7 @@ use crate::session::{changes_session, Session};
 use crate::updates::ingest::ingest;
 use crate::updates::{run_update, run_update_now};
 use datafusion::logical_expr::LogicalPlan;
-use squadron_worker::tls::conn::remote_addr;
+use squadron_net::tls::conn::remote_addr;
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
-use squadron_worker::tls::conn::remote_addr;
+use squadron_net::tls::conn::remote_addr;
 
 use super::handles::HandleMap;
 use crate::security::auth::Principal;

@@ -7,8 +7,8 @@ use arrow_flight::FlightData;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::{Stream, StreamExt, TryStreamExt};
-use squadron_worker::stream::encoder::{self, flight_data};
-use squadron_worker::stream::flight_batches::for_flight;
+use squadron_net::stream::encoder::{self, flight_data};
+use squadron_net::stream::flight_batches::for_flight;
 use tonic::Status;
 
 use super::JobStream;

@@ -17,10 +17,10 @@ use arrow_flight::FlightData;
 use datafusion::common::Result;
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use squadron_common::error::to_status;
+use squadron_net::client::PeerClients;
+use squadron_net::stream::fetch::fetch_raw_stream;
 use squadron_proto::StreamKey;
-use squadron_worker::client::PeerClients;
-use squadron_worker::error::to_status;
-use squadron_worker::stream::fetch::fetch_raw_stream;
 use tokio::sync::mpsc;
 use tonic::Status;
 

@@ -237,7 +237,7 @@ mod tests {
     use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
     use datafusion::physical_plan::{collect, displayable};
     use datafusion::prelude::{SessionConfig, SessionContext};
-    use squadron_worker::plan::StageReadExec;
+    use squadron_exec::plan::StageReadExec;
 
     use crate::planner::job_graph::{Stage, StageOutput};
     use crate::planner::test_tables::{key_value_table, physical_plan, sorted_lines};

@@ -40,9 +40,9 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
+use squadron_exec::plan::stage_read::{hash_partition_columns, uniform_constant_columns};
+use squadron_exec::plan::StageReadExec;
 use squadron_proto::v1::ReadMode;
-use squadron_worker::plan::stage_read::{hash_partition_columns, uniform_constant_columns};
-use squadron_worker::plan::StageReadExec;
 
 use super::allow_list::{split_rule, Split};
 use super::build_side::{gather_probe_side, ProbeSide};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_plan::ExecutionPlan;
-use squadron_worker::plan::encode_plan;
+use squadron_exec::plan::encode_plan;
 
 use super::job_graph::JobGraph;
 

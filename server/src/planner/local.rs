@@ -45,7 +45,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::cached_footers::{CachedFooters, ScanPruning, MAX_RANGES_CHECKED};
 
-pub use squadron_worker::squadron_options::DEFAULT_COORDINATOR_SCAN_LIMIT;
+pub use squadron_exec::squadron_options::DEFAULT_COORDINATOR_SCAN_LIMIT;
 
 /// Whether every input of `plan` is a constant of the statement.
 pub fn reads_no_table(plan: &Arc<dyn ExecutionPlan>) -> bool {

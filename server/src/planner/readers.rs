@@ -23,8 +23,8 @@ use datafusion::physical_plan::joins::{
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use squadron_exec::plan::StageReadExec;
 use squadron_proto::v1::ReadMode;
-use squadron_worker::plan::StageReadExec;
 
 use super::job_graph::{Stage, StageOutput};
 

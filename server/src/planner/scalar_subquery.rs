@@ -21,7 +21,7 @@ use datafusion::functions_aggregate::expr_fn::{count, first_value};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{lit, Expr, LogicalPlan, LogicalPlanBuilder, Subquery};
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
-use squadron_worker::single_row::{scalar_subquery_value, NAME};
+use squadron_exec::single_row::{scalar_subquery_value, NAME};
 
 const ROWS: &str = "__squadron_rows";
 const VALUE: &str = "__squadron_value";

@@ -22,7 +22,7 @@ use datafusion::datasource::physical_plan::{FileScanConfig, FileScanConfigBuilde
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
-use squadron_worker::plan::file_bounds::{as_bounds, bounds_not_values};
+use squadron_exec::plan::file_bounds::{as_bounds, bounds_not_values};
 
 #[derive(Debug, Default)]
 pub struct FileStatisticsAsBounds;

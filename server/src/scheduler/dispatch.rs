@@ -18,15 +18,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::try_join_all;
+use squadron_common::version::engine_build;
+use squadron_net::client::PeerClients;
+use squadron_net::stream::StreamSecret;
 use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::{
     CleanUpJobRequest, OutputDistribution, RunTaskRequest, StageInput, TaskDefinition, TaskKey,
     TaskLocation, TaskState, TaskStatus,
 };
 use squadron_proto::PROTOCOL_VERSION;
-use squadron_worker::client::PeerClients;
-use squadron_worker::stream::StreamSecret;
-use squadron_worker::version::engine_build;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tonic::{Code, Status, Streaming};

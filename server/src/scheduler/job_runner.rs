@@ -25,7 +25,7 @@ use crate::output::job_output::{
     lost_worker, open_output, stream_output, AttemptEnd, OutputSender,
 };
 use crate::planner::JobGraph;
-use squadron_worker::stream::StreamSecret;
+use squadron_net::stream::StreamSecret;
 
 pub struct JobRunner {
     pub resolver: Arc<dyn WorkerResolver>,

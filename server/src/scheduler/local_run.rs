@@ -22,7 +22,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use futures::{StreamExt, TryStreamExt};
-use squadron_worker::error::to_status;
+use squadron_common::error::to_status;
 use squadron_worker::task::pool::execution_runtime;
 use tokio::sync::mpsc::Sender;
 use tokio_stream::wrappers::ReceiverStream;

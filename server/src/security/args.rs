@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use squadron_worker::plan::guard::DataRoots;
-use squadron_worker::tls::ClusterTlsFiles;
+use squadron_exec::plan::guard::DataRoots;
+use squadron_net::tls::ClusterTlsFiles;
 
 use super::auth::Authenticator;
 use super::secret::read_secret;

@@ -13,8 +13,8 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::TableReference;
 use futures::{Stream, TryStreamExt};
-use squadron_worker::error::to_status;
-use squadron_worker::write::{PartitionWriter, WriteTarget, Written};
+use squadron_common::error::to_status;
+use squadron_exec::write::{PartitionWriter, WriteTarget, Written};
 use tonic::Status;
 
 use super::names::{already_exists, exists, full_name};

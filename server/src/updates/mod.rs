@@ -30,7 +30,7 @@ use datafusion::datasource::TableType;
 use datafusion::execution::cache::TableScopedPath;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
-use squadron_worker::error::to_status;
+use squadron_common::error::to_status;
 use tonic::Status;
 
 use crate::catalog::persisted::{encode_schema, Declared, Entry, Managed};
@@ -40,7 +40,7 @@ use crate::warehouse::changes::Change;
 use crate::warehouse::Warehouse;
 pub use names::full_name;
 use names::{already_exists, exists};
-use squadron_worker::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
+use squadron_exec::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
 use table_writes::{catalog_of as catalog, write_rows, Append, PendingWrite};
 
 /// Runs a DDL or DML statement now (after an admission slot); its

@@ -23,8 +23,8 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{
     lit, when, DmlStatement, Expr, LogicalPlan, LogicalPlanBuilder, WriteOp,
 };
-use squadron_worker::error::to_status;
-use squadron_worker::write::RowFlag;
+use squadron_common::error::to_status;
+use squadron_exec::write::RowFlag;
 use tonic::Status;
 
 use super::names::full_name;

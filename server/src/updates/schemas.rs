@@ -8,7 +8,7 @@ use datafusion::common::{SchemaReference, TableReference};
 use datafusion::logical_expr::{
     CreateCatalog, CreateCatalogSchema, DropCatalogSchema, LogicalPlan,
 };
-use squadron_worker::error::to_status;
+use squadron_common::error::to_status;
 use tonic::Status;
 
 use crate::catalog::persisted::Entry;

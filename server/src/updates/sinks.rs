@@ -32,9 +32,9 @@ use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::Stream;
 use futures::TryStreamExt;
-use squadron_worker::error::to_status;
-use squadron_worker::plan::guard::file_sink_config;
-use squadron_worker::write::SinkWriteExec;
+use squadron_common::error::to_status;
+use squadron_exec::plan::guard::file_sink_config;
+use squadron_exec::write::SinkWriteExec;
 use tonic::Status;
 
 use crate::coordinator::Coordinator;

@@ -20,7 +20,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
-use squadron_worker::write::{read_written, RowFlag, StoredFormat, WriteTarget, Written};
+use squadron_exec::write::{read_written, RowFlag, StoredFormat, WriteTarget, Written};
 use tonic::Status;
 
 use crate::catalog::persisted::{DataFile, Managed};

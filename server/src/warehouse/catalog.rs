@@ -20,7 +20,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
-use squadron_worker::write::StoredFormat;
+use squadron_exec::write::StoredFormat;
 use tonic::Status;
 
 use super::changes::Change;

@@ -22,7 +22,7 @@ use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
-use squadron_worker::write::WriteTarget;
+use squadron_exec::write::WriteTarget;
 use tonic::Status;
 
 use super::log::store_status;

@@ -3,7 +3,7 @@
 //! partitioned directories), and only under the server's data roots.
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use squadron_worker::plan::guard::DataRoots;
+use squadron_exec::plan::guard::DataRoots;
 use tonic::Code;
 
 use crate::support::{

@@ -14,12 +14,12 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::Ticket;
 use datafusion::arrow::util::pretty::pretty_format_batches;
+use squadron_exec::plan::guard::DataRoots;
+use squadron_net::tls::generate::{generate, DevCerts};
+use squadron_net::tls::{ClusterTlsFiles, CLUSTER_DOMAIN};
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 use squadron_proto::v1::CleanUpJobRequest;
 use squadron_server::security::ClientTlsFiles;
-use squadron_worker::plan::guard::DataRoots;
-use squadron_worker::tls::generate::{generate, DevCerts};
-use squadron_worker::tls::{ClusterTlsFiles, CLUSTER_DOMAIN};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
 

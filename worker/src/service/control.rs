@@ -11,9 +11,9 @@ use squadron_proto::v1::{
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::stream::StreamManager;
 use crate::task::runner::status;
 use crate::task::{AttemptKey, TaskRegistry, TaskRunner};
+use squadron_exec::stream::StreamManager;
 
 pub struct WorkerControl {
     runner: TaskRunner,

@@ -17,11 +17,11 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use squadron_proto::StreamKey;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::stream::encoder::flight_data;
-use crate::stream::end_marker::end_message;
-use crate::stream::flight_batches::for_flight;
-use crate::stream::manager::REGISTRATION_WAIT;
-use crate::stream::{PendingStream, StreamManager};
+use squadron_exec::stream::manager::REGISTRATION_WAIT;
+use squadron_exec::stream::{PendingStream, StreamManager};
+use squadron_net::stream::encoder::flight_data;
+use squadron_net::stream::end_marker::end_message;
+use squadron_net::stream::flight_batches::for_flight;
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 

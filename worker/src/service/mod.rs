@@ -2,7 +2,6 @@
 
 pub mod control;
 pub mod flight;
-pub mod zero_copy_do_get;
 
 pub use control::WorkerControl;
 pub use flight::WorkerFlight;

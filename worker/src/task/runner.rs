@@ -26,17 +26,16 @@ use super::failpoint::{Failpoint, Fault};
 use super::missing_files::missing_file;
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use super::stage_plans::{StageAttempt, StagePlanLease, StagePlans};
-use crate::client::PeerClients;
-use crate::configured_functions::refresh_configured_functions;
-use crate::error::{is_upstream, status_code};
-use crate::plan::guard::{check_plan, DataRoots};
-use crate::plan::{decode_plan, StageBinding, StageReadExec};
-use crate::squadron_options::{with_squadron_options, SquadronOptions};
-use crate::stream::{
-    output_channels, write_output, OutputWriter, Router, StreamManager, StreamSecret,
-};
-use crate::version::engine_build;
-use crate::write::TableWriteExec;
+use squadron_common::error::{is_upstream, status_code};
+use squadron_common::version::engine_build;
+use squadron_exec::configured_functions::refresh_configured_functions;
+use squadron_exec::plan::guard::{check_plan, DataRoots};
+use squadron_exec::plan::{decode_plan, StageBinding, StageReadExec};
+use squadron_exec::squadron_options::{with_squadron_options, SquadronOptions};
+use squadron_exec::stream::{output_channels, write_output, OutputWriter, Router, StreamManager};
+use squadron_exec::write::TableWriteExec;
+use squadron_net::client::PeerClients;
+use squadron_net::stream::StreamSecret;
 
 /// A task ready to run: its registry entry is reserved and its output
 /// streams are registered.
@@ -100,7 +99,11 @@ impl TaskRunner {
         data_roots: DataRoots,
     ) -> Self {
         let ctx = SessionContext::new_with_config_rt(task_session_config(), runtime);
-        ctx.register_udf(crate::single_row::scalar_subquery_value().as_ref().clone());
+        ctx.register_udf(
+            squadron_exec::single_row::scalar_subquery_value()
+                .as_ref()
+                .clone(),
+        );
         Self {
             ctx,
             streams,

@@ -9,7 +9,7 @@ use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
-use squadron_worker::plan::{decode_plan, encode_plan};
+use squadron_exec::plan::{decode_plan, encode_plan};
 use squadron_worker::task::runner::task_session_config;
 
 fn write_parquet(path: &std::path::Path, rows: i64) {

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::Schema;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use squadron_common::version::engine_build;
+use squadron_exec::plan::encode_plan;
+use squadron_net::stream::StreamSecret;
 use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 use squadron_proto::v1::{OutputDistribution, RunTaskRequest, TaskDefinition, TaskKey, TaskState};
 use squadron_proto::PROTOCOL_VERSION;
-use squadron_worker::plan::encode_plan;
-use squadron_worker::stream::StreamSecret;
-use squadron_worker::version::engine_build;
 use squadron_worker::{spawn_worker, WorkerOptions};
 use tonic::Code;
 

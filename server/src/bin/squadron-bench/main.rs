@@ -89,13 +89,13 @@ const SUITES: [&str; 4] = ["latency", "concurrency", "stream", "tpch"];
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    squadron_worker::logging::init();
+    squadron_common::logging::init();
     let args = Args::parse();
     // Interrupted, the run returns so the cluster's processes are dropped
     // (killed) instead of outliving the benchmark.
     tokio::select! {
         result = run(args) => result,
-        _ = squadron_worker::shutdown::termination() => {
+        _ = squadron_common::shutdown::termination() => {
             anyhow::bail!("interrupted")
         }
     }

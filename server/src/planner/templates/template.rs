@@ -29,7 +29,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
-use squadron_worker::plan::unshared_copy;
+use squadron_exec::plan::unshared_copy;
 
 use crate::catalog::managed_table::ManagedTable;
 

@@ -30,7 +30,7 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tonic::Status;
 
-use super::flight_batches::real_size;
+use squadron_net::stream::flight_batches::real_size;
 
 /// Batches a channel holds before the producer waits (unless a reader starves).
 pub const MAX_BATCHES: usize = 8;

@@ -31,7 +31,7 @@ use super::encoder::{cast_to_schema, changes_in_transit};
 use super::end_marker::{strip_end, EndSeen};
 use super::ipc_header::{message_kind, MessageKind};
 use crate::client::PeerClients;
-use crate::error::upstream_error;
+use squadron_common::error::upstream_error;
 
 /// Items a stream read from a peer buffers ahead of its consumer.
 const READ_AHEAD: usize = 2;

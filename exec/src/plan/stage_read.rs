@@ -29,11 +29,12 @@ use futures::StreamExt;
 use squadron_proto::v1::ReadMode;
 use squadron_proto::StreamKey;
 
-use crate::client::PeerClients;
-use crate::error::upstream_error;
-use crate::stream::fetch::fetch_stream;
 use crate::stream::manager::REGISTRATION_WAIT;
-use crate::stream::{PendingStream, StreamManager, StreamSecret};
+use crate::stream::{PendingStream, StreamManager};
+use squadron_common::error::upstream_error;
+use squadron_net::client::PeerClients;
+use squadron_net::stream::fetch::fetch_stream;
+use squadron_net::stream::StreamSecret;
 
 /// The upstream task locations one task attempt reads from.
 #[derive(Debug, Clone)]

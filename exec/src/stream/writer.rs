@@ -9,7 +9,7 @@ use datafusion::physical_plan::{Partitioning, SendableRecordBatchStream};
 use futures::StreamExt;
 
 use super::channel::OutputWriter;
-use crate::error::to_status;
+use squadron_common::error::to_status;
 
 /// How batches are assigned to channels.
 pub enum Router {

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tonic::Status;
 
 use super::channel::OutputReader;
-use super::secret::StreamSecret;
+use squadron_net::stream::StreamSecret;
 
 /// A registered stream not yet fetched.
 pub struct PendingStream {

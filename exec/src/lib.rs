@@ -1,0 +1,20 @@
+//! Squadron's execution layer: what a stage's plan is made of beyond
+//! DataFusion's own nodes, and how it travels.
+//!
+//! - `plan/`: `StageReadExec` (a stage boundary's read side), the
+//!   datafusion-proto extension codec and its wire repairs, plan guards
+//! - `stream/`: a task's output channels, routing of its batches to them,
+//!   and the registry of streams waiting for their reader
+//! - `write/`: part files of created tables, written by the tasks
+//! - `object_stores`: remote tables' stores, built from the environment
+//! - `squadron_options`: the `squadron.*` session settings
+//! - `single_row`, `configured_functions`: values and functions a task's
+//!   session needs to plan as the coordinator did
+
+pub mod configured_functions;
+pub mod object_stores;
+pub mod plan;
+pub mod single_row;
+pub mod squadron_options;
+pub mod stream;
+pub mod write;

@@ -1,0 +1,10 @@
+//! A task's output: bounded channels, routing of its batches to them, and
+//! the registry of streams waiting for their consumer.
+
+pub mod channel;
+pub mod manager;
+pub mod writer;
+
+pub use channel::{output_channels, OutputReader, OutputWriter};
+pub use manager::{PendingStream, StreamManager};
+pub use writer::{write_output, Router};
