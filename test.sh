@@ -9,10 +9,11 @@ cd "$(dirname "$0")"
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# No two files of a crate import each other, directly or around a loop.
-python3 .ci/import_cycles.py proto/src common/src net/src exec/src worker/src server/src \
-    server/src/bin/squadron-bench \
-    integration/sqllogictest/src
+# Every crate depends only on lower layers (docs/architecture.md), and no
+# two files of a crate import each other, directly or around a loop.
+python3 .ci/crate_layers.py
+python3 .ci/import_cycles.py proto/src common/src net/src exec/src planner/src worker/src server/src \
+    server/src/bin/squadron-bench integration/cluster/src integration/sqllogictest/src
 
 echo "== build"
 cargo build --workspace --bins --tests --locked

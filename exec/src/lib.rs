@@ -6,12 +6,17 @@
 //! - `stream/`: a task's output channels, routing of its batches to them,
 //!   and the registry of streams waiting for their reader
 //! - `write/`: part files of created tables, written by the tasks
+//! - `managed_table`: created tables, exactly their committed part files
 //! - `object_stores`: remote tables' stores, built from the environment
 //! - `squadron_options`: the `squadron.*` session settings
+//! - `execution_runtime`: the threads plans execute on, apart from the
+//!   threads serving gRPC
 //! - `single_row`, `configured_functions`: values and functions a task's
 //!   session needs to plan as the coordinator did
 
 pub mod configured_functions;
+pub mod execution_runtime;
+pub mod managed_table;
 pub mod object_stores;
 pub mod plan;
 pub mod single_row;

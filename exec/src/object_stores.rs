@@ -100,6 +100,22 @@ impl StoreOptions {
             .collect()
     }
 
+    /// This as the `--store` flag it came from, for a process started with
+    /// the same options (the coordinator's embedded workers). Never holds a
+    /// credential: those are refused when parsed.
+    pub fn to_flag(&self) -> String {
+        let mut url = Url::parse(&format!(
+            "{}://{}",
+            self.scheme,
+            self.bucket.as_deref().unwrap_or_default()
+        ))
+        .expect("parsed from a URL of this scheme and bucket");
+        if !self.options.is_empty() {
+            url.query_pairs_mut().extend_pairs(&self.options);
+        }
+        url.to_string()
+    }
+
     fn applies_to(&self, url: &Url) -> bool {
         self.scheme == url.scheme()
             && self
@@ -265,6 +281,19 @@ fn build_store(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_options_survive_the_trip_through_their_flag() {
+        for flag in [
+            "s3://tpch?endpoint=http://127.0.0.1:9000&allow_http=true",
+            "s3://?region=eu-west-1",
+            "gs://bucket",
+        ] {
+            let spec: StoreOptions = flag.parse().unwrap();
+            let again: StoreOptions = spec.to_flag().parse().unwrap();
+            assert_eq!(again, spec, "{flag} became {}", spec.to_flag());
+        }
+    }
 
     #[test]
     fn parses_store_options_per_bucket_and_scheme() {

@@ -31,14 +31,6 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
-use crate::planner::cached_footers::CachedFooters;
-use crate::planner::local::{computes_in_proportion, reads_little, reads_no_table};
-use crate::planner::placeholders::number_placeholders;
-use crate::planner::templates::{Instance, StatementKey, Template};
-use crate::planner::{
-    build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
-    JobGraph,
-};
 use crate::queries::{LiveQueries, QueryLog, QueryRow};
 use crate::scheduler::admission::Slot;
 use crate::scheduler::stoppable::until_stopped;
@@ -47,6 +39,14 @@ use crate::scheduler::{
 };
 use crate::session::Session;
 use crate::warehouse::WarehouseCatalog;
+use squadron_planner::cached_footers::CachedFooters;
+use squadron_planner::local::{computes_in_proportion, reads_little, reads_no_table};
+use squadron_planner::placeholders::number_placeholders;
+use squadron_planner::templates::{Instance, StatementKey, Template};
+use squadron_planner::{
+    build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
+    JobGraph,
+};
 
 /// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
 pub fn parameter_names(plan: &LogicalPlan) -> Result<Vec<String>, Status> {

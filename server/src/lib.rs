@@ -19,9 +19,9 @@ pub mod cluster;
 pub mod coordinator;
 pub mod flight_sql;
 pub mod health_check;
+pub mod local_workers;
 pub mod metrics;
 pub mod output;
-pub mod planner;
 pub mod process_stats;
 pub mod queries;
 pub mod scheduler;
@@ -33,6 +33,6 @@ pub mod warehouse;
 
 pub use coordinator::{Coordinator, JobLimits};
 pub use server::{
-    coordinator_session_config, start, RunningServer, ServerOptions, CLIENT_MESSAGE_BYTES,
+    start, Launcher, RunningServer, ServerOptions, CLIENT_MESSAGE_BYTES,
     DEFAULT_MAX_QUERIES_PER_USER,
 };

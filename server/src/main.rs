@@ -64,6 +64,12 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     local_workers: usize,
 
+    /// The squadron-worker binary the embedded workers run (each its own
+    /// child process, ended with the coordinator). Default: the one beside
+    /// this executable.
+    #[arg(long, value_name = "FILE")]
+    local_worker_binary: Option<PathBuf>,
+
     /// A table: NAME=LOCATION or NAME=LOCATION:FORMAT (parquet, csv, json,
     /// avro, arrow or delta). LOCATION is a file, a directory (a Delta
     /// table when it has a `_delta_log`; hive-style `key=value/`
@@ -169,7 +175,7 @@ struct Args {
     /// rather than on the workers, e.g. 4M; 0 sends every table read to
     /// the workers.
     #[arg(long, value_parser = parse_size_or_zero,
-          default_value_t = squadron_server::planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT as usize)]
+          default_value_t = squadron_planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT as usize)]
     coordinator_scan_limit: usize,
 
     /// Whether a statement that differs from an earlier one of the same
@@ -335,6 +341,8 @@ async fn main() -> anyhow::Result<()> {
         discovery,
         discovery_interval: seconds(args.discovery_interval, "--discovery-interval")?,
         local_workers: args.local_workers,
+        local_worker_binary: args.local_worker_binary,
+        local_worker_launcher: None,
         tables,
         stores: StoreOptions::parse_all(&args.stores)?,
         partitions: args.partitions,

@@ -9,21 +9,15 @@ use std::time::Duration;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::optimizer::{Optimizer, OptimizerRule};
-use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_exec::object_stores::{ObjectStores, StoreOptions};
 use squadron_exec::plan::guard::DataRoots;
-use squadron_exec::single_row::scalar_subquery_value;
 use squadron_net::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
 use squadron_net::tls::client::ClusterClientTls;
 use squadron_net::tls::conn::incoming;
 use squadron_net::tls::server_config::{server_config, ReloadingCert};
 use squadron_net::tls::ClusterTlsFiles;
 use squadron_net::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
-use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -39,12 +33,7 @@ use crate::cluster::{
 use crate::coordinator::JobLimits;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
-use crate::planner::file_group_partitions::PairedInputsHashRouted;
-use crate::planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT;
-use crate::planner::one_partition::NoShuffleAfterOnePartition;
-use crate::planner::pruned_scan_ranges::PrunedScanRanges;
-use crate::planner::scalar_subquery::CheckedScalarSubqueries;
-use crate::planner::statistics_bounds::FileStatisticsAsBounds;
+use crate::local_workers::{EmbeddedWorker, LaunchWorkers, LocalWorkerOptions, WorkerProcesses};
 use crate::queries::LiveQueries;
 use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
@@ -55,6 +44,8 @@ use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
 use crate::Coordinator;
 use squadron_exec::squadron_options::{with_squadron_options, SquadronOptions};
+use squadron_planner::context::coordinator_session_config;
+use squadron_planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT;
 
 /// Largest message a client may send (a parameter or ingest batch):
 /// larger ones are RESOURCE_EXHAUSTED. Clients split ingested tables into
@@ -74,18 +65,34 @@ pub const DEFAULT_MAX_QUERIES_PER_USER: usize = 64;
 /// threads that serve every client.
 pub const DEFAULT_COORDINATOR_MEMORY_LIMIT: usize = 1 << 30;
 
+/// A way to start embedded workers (see `local_workers::LaunchWorkers`).
+#[derive(Clone)]
+pub struct Launcher(pub Arc<dyn LaunchWorkers>);
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Launcher")
+    }
+}
+
 /// How to start a coordinator.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub listen: SocketAddr,
     /// Remote workers; when empty (and no `discovery`), `local_workers`
-    /// are started in-process.
+    /// embedded workers are started (`local_workers.rs`).
     pub workers: Vec<String>,
     /// Workers found at run time instead of a fixed list.
     pub discovery: Option<Discovery>,
     /// How often `discovery` is refreshed.
     pub discovery_interval: Duration,
     pub local_workers: usize,
+    /// The `squadron-worker` binary embedded workers run; default: beside
+    /// this executable.
+    pub local_worker_binary: Option<PathBuf>,
+    /// Starts the embedded workers some other way than as child processes
+    /// (tests start them in their own process).
+    pub local_worker_launcher: Option<Launcher>,
     pub tables: Vec<TableSpec>,
     /// Options of remote stores (`--store`), the same for the embedded
     /// workers.
@@ -141,6 +148,8 @@ impl Default for ServerOptions {
             discovery: None,
             discovery_interval: Duration::from_secs(5),
             local_workers: 2,
+            local_worker_binary: None,
+            local_worker_launcher: None,
             tables: vec![],
             stores: vec![],
             partitions: None,
@@ -166,8 +175,8 @@ impl Default for ServerOptions {
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub workers: Vec<String>,
-    /// The embedded workers' state (empty with remote workers).
-    pub local_workers: Vec<Worker>,
+    /// The embedded workers (empty with remote workers).
+    pub local_workers: Vec<Box<dyn EmbeddedWorker>>,
     pub coordinator: Arc<Coordinator>,
     shutdown: Option<oneshot::Sender<()>>,
     handle: JoinHandle<Result<(), tonic::transport::Error>>,
@@ -205,8 +214,13 @@ impl RunningServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+        let workers = std::mem::take(&mut self.local_workers);
         let handle = tokio::spawn(async move { Ok(self.handle.await??) });
-        squadron_common::shutdown::drain(handle, grace, "coordinator").await
+        let drained = squadron_common::shutdown::drain(handle, grace, "coordinator").await;
+        // Their tasks belong to the coordinator's queries, finished or
+        // stopped by now.
+        stop_workers(workers, grace).await;
+        drained
     }
 
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
@@ -214,95 +228,30 @@ impl RunningServer {
             let _ = tx.send(());
         }
         (&mut self.handle).await??;
+        stop_workers(std::mem::take(&mut self.local_workers), Duration::ZERO).await;
         Ok(())
     }
 }
 
-/// Largest estimated build side a join broadcasts to every task.
-pub const BROADCAST_BUILD_MAX_BYTES: usize = 16 * 1024 * 1024;
-/// Most estimated build rows a join broadcasts to every task.
-pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
-
-/// The coordinator's context: DataFusion's, with the rule that keeps scalar
-/// subqueries' one-row check ahead of DataFusion's own rewrites, the
-/// function that check calls, file statistics taken as bounds
-/// (`planner::statistics_bounds`), and joins of file-grouped inputs hashed
-/// as their partners are (`planner::file_group_partitions`).
-pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
-    let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
-        vec![Arc::new(CheckedScalarSubqueries)];
-    rules.extend(Optimizer::new().rules);
-    let mut physical_rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
-        vec![Arc::new(FileStatisticsAsBounds)];
-    physical_rules.extend(PhysicalOptimizer::new().rules);
-    // After DataFusion's distribution rules, before its final sanity check.
-    let sanity_check = physical_rules
-        .iter()
-        .position(|rule| rule.name() == "SanityCheckPlan")
-        .unwrap_or(physical_rules.len());
-    physical_rules.insert(sanity_check, Arc::new(PairedInputsHashRouted));
-    physical_rules.insert(sanity_check, Arc::new(NoShuffleAfterOnePartition));
-    // Last: it sees the partitioning the rules above settled on.
-    let footers = runtime.cache_manager.get_file_metadata_cache();
-    physical_rules.insert(sanity_check + 2, Arc::new(PrunedScanRanges::new(footers)));
-    let mut state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .with_optimizer_rules(rules)
-        .with_physical_optimizer_rules(physical_rules)
-        .build();
-    for name in ["DELTA", "DELTALAKE"] {
-        state
-            .table_factories_mut()
-            .insert(name.to_string(), Arc::new(DeltaTableFactory));
-    }
-    let ctx = SessionContext::new_with_state(state);
-    ctx.register_udf(scalar_subquery_value().as_ref().clone());
-    ctx
+async fn stop_workers(workers: Vec<Box<dyn EmbeddedWorker>>, grace: Duration) {
+    futures::future::join_all(workers.into_iter().map(|worker| worker.stop(grace))).await;
 }
 
-/// The planning session: DataFusion's defaults, less what a plan split over
-/// processes cannot honour.
-pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
-    let mut config = SessionConfig::new()
-        .with_target_partitions(partitions)
-        .with_information_schema(true);
-    let optimizer = &mut config.options_mut().optimizer;
-    // Dynamic filters are filled in at run time by one operator (a join's
-    // build side, a TopK) for another; once the two run in different tasks
-    // the filter can never arrive.
-    optimizer.enable_dynamic_filter_pushdown = false;
-    optimizer.enable_join_dynamic_filter_pushdown = false;
-    optimizer.enable_topk_dynamic_filter_pushdown = false;
-    optimizer.enable_aggregate_dynamic_filter_pushdown = false;
-    // A ScalarSubqueryExec feeds its subquery results to expressions in
-    // other operators, which a stage cut can separate from it; rewriting
-    // uncorrelated scalar subqueries to joins keeps every stage self-contained.
-    optimizer.enable_physical_uncorrelated_scalar_subquery = false;
-    // A collected (broadcast) build side is copied to every task, but a
-    // partitioned join ships both inputs through a shuffle, encoding and
-    // decoding every probe row; across processes that costs far more than
-    // in one, so builds of up to 16 MiB / 1 M rows are broadcast rather
-    // than the single-node 1 MiB / 128 K (TPC-H SF1 total 1.34-1.38 ->
-    // 1.22-1.28 of DataFusion, q5 1.65 -> 1.0-1.07; docs/benchmarks.md).
-    // A round-robin repartition spreads a one-partition input (a small
-    // file, a global aggregate, a nested-loop join) over more partitions.
-    // In one process that is a cheap hand-off; here it is a stage boundary,
-    // a shuffle over the network for rows one task already holds.
-    optimizer.enable_round_robin_repartition = false;
-    optimizer.hash_join_single_partition_threshold = BROADCAST_BUILD_MAX_BYTES;
-    optimizer.hash_join_single_partition_threshold_rows = BROADCAST_BUILD_MAX_ROWS;
-    // Parquet strings as Utf8, not Utf8View: a slice or `take` of a view
-    // array keeps every data buffer of the original, and Arrow IPC ships
-    // them whole, so a shuffle or a client stream of view columns carried
-    // several times the data; many clients cannot read view types either.
-    config
-        .options_mut()
-        .execution
-        .parquet
-        .schema_force_view_types = false;
-    config
+/// The coordinator's planning context (`squadron_planner::context`) with
+/// the catalog's table factories (`CREATE EXTERNAL TABLE … STORED AS
+/// DELTA`).
+pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
+    let ctx = squadron_planner::context::planning_context(config, runtime);
+    {
+        let state = ctx.state_ref();
+        let mut state = state.write();
+        for name in ["DELTA", "DELTALAKE"] {
+            state
+                .table_factories_mut()
+                .insert(name.to_string(), Arc::new(DeltaTableFactory));
+        }
+    }
+    ctx
 }
 
 /// Tasks per stage when `--partitions` is not given: one per core the
@@ -357,19 +306,23 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         if options.local_workers == 0 {
             anyhow::bail!("no workers: give --workers or --local-workers of at least 1");
         }
+        let launcher = match &options.local_worker_launcher {
+            Some(Launcher(launcher)) => Arc::clone(launcher),
+            None => Arc::new(WorkerProcesses::new(options.local_worker_binary.clone())?),
+        };
+        // Same gRPC and Flight paths as a remote worker, on loopback.
+        let worker_options = LocalWorkerOptions {
+            memory_limit: options.worker_memory_limit,
+            cluster_tls: options.cluster_tls.clone(),
+            warehouse: warehouse_url.clone(),
+            stores: options.stores.clone(),
+        };
+        let started = futures::future::try_join_all(
+            (0..options.local_workers).map(|_| launcher.launch(&worker_options)),
+        )
+        .await?;
         let mut urls = vec![];
-        for _ in 0..options.local_workers {
-            // Same gRPC and Flight paths as a remote worker, on loopback.
-            let worker_options = WorkerOptions {
-                memory_limit: options.worker_memory_limit,
-                failpoint: None,
-                cluster_tls: options.cluster_tls.clone(),
-                data_roots: DataRoots::default()
-                    .with_warehouse(warehouse_url.as_ref().map(|u| u.as_str())),
-                stores: options.stores.clone(),
-            };
-            let (url, worker) =
-                squadron_worker::spawn_worker("127.0.0.1:0".parse()?, worker_options).await?;
+        for (url, worker) in started {
             urls.push(url);
             local_workers.push(worker);
         }

@@ -18,9 +18,9 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
 use squadron_exec::configured_functions::refresh_configured_functions;
 use tonic::Status;
 
-use crate::planner::templates::Templates;
 use datafusion::common::config::ConfigExtension;
 use squadron_exec::squadron_options::SquadronOptions;
+use squadron_planner::templates::Templates;
 
 /// Settings a client may change for itself. The rest shape the server
 /// process (memory, spill directories, the catalog's storage) or the
@@ -370,6 +370,17 @@ mod tests {
         );
         ctx.sql("CREATE SCHEMA other").await.unwrap();
         ctx
+    }
+
+    #[tokio::test]
+    async fn a_setting_changed_drops_the_sessions_plan_templates() {
+        let session = Session::shared(SessionContext::new());
+        let generation = session.templates().generation();
+        session.templates().insert("shape".into(), None, generation);
+        session
+            .set("datafusion.execution.batch_size", "100")
+            .unwrap();
+        assert!(session.templates().is_empty());
     }
 
     #[tokio::test]

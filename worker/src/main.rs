@@ -82,6 +82,12 @@ struct Args {
     #[arg(long)]
     insecure: bool,
 
+    /// Stop (gracefully, as on SIGTERM) when standard input closes: set by
+    /// a coordinator that starts its embedded workers as child processes,
+    /// so they end with it even when it is killed.
+    #[arg(long, hide = true)]
+    exit_when_stdin_closes: bool,
+
     /// Serve Prometheus metrics at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
@@ -137,11 +143,28 @@ async fn main() -> anyhow::Result<()> {
     let mut server = tokio::spawn(worker.serve(listener, async {
         let _ = stopped.await;
     }));
+    let parent_gone = stdin_closed(args.exit_when_stdin_closes);
     tokio::select! {
         result = &mut server => return result?,
         _ = terminated => {}
+        _ = parent_gone => {}
     }
     tracing::info!("stopping: no new tasks, finishing running ones");
     let _ = stop.send(());
     drain(server, Duration::from_secs(args.shutdown_grace), "worker").await
+}
+
+/// Resolves when standard input reaches its end (never when `watch` is
+/// off). Read on a plain thread: a blocking Tokio task would hold the
+/// runtime's shutdown until the read returns.
+async fn stdin_closed(watch: bool) {
+    if !watch {
+        return std::future::pending().await;
+    }
+    let (closed, on_close) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        let _ = closed.send(());
+    });
+    let _ = on_close.await;
 }

@@ -42,7 +42,7 @@ pub fn mismatch(sql: &str, expected: &str, actual: &str) -> TestErrorKind {
 }
 
 /// Settings whose defaults Squadron changes on purpose (see
-/// `coordinator_session_config` in the server): dynamic filters and physical
+/// `coordinator_session_config` in the planner): dynamic filters and physical
 /// scalar subqueries cannot cross a stage cut, broadcast thresholds and
 /// round-robin repartitions are tuned for shuffles over the network, and
 /// Parquet strings are read as plain strings.

@@ -1,7 +1,6 @@
 //! The tables the coordinator serves.
 
 pub mod delta;
-pub mod managed_table;
 pub mod persisted;
 pub mod system;
 pub mod tables;

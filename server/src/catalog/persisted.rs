@@ -66,14 +66,9 @@ pub struct Managed {
     pub defaults: Vec<ColumnDefault>,
 }
 
-/// One part file of a created table.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct DataFile {
-    /// Relative to the table's directory.
-    pub name: String,
-    pub bytes: u64,
-    pub rows: u64,
-}
+/// One part file of a created table (the catalog stores them as
+/// `ManagedTable` reads them).
+pub use squadron_exec::managed_table::DataFile;
 
 impl Managed {
     /// What it declared besides its columns.

@@ -22,7 +22,7 @@ use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
 use super::delta::DeltaTable;
-use crate::planner::client_types::client_schema;
+use squadron_planner::client_types::client_schema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableFormat {

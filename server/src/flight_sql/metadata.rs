@@ -15,7 +15,7 @@ use datafusion::datasource::TableType;
 use datafusion::prelude::SessionContext;
 use tonic::Status;
 
-use crate::planner::client_types::client_schema;
+use squadron_planner::client_types::client_schema;
 
 /// The table types Squadron's catalog holds, as Flight SQL names them.
 pub const TABLE_TYPES: [&str; 3] = ["TABLE", "VIEW", "LOCAL TEMPORARY"];

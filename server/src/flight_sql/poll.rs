@@ -27,8 +27,8 @@ use super::service::SquadronFlightSql;
 use super::sessions::Caller;
 use crate::coordinator::is_update;
 use crate::coordinator::{update_schema, PlannedQuery};
-use crate::planner::client_types::client_schema;
 use crate::session::changes_session;
+use squadron_planner::client_types::client_schema;
 
 /// The descriptor command that names a polled query.
 const POLL_TYPE_URL: &str = "type.googleapis.com/squadron.PolledQuery";

@@ -21,8 +21,8 @@ use tonic::Status;
 
 use super::handles::HandleMap;
 use crate::coordinator::parameter_names;
-use crate::planner::client_types::{client_schema, client_type};
-use crate::planner::templates::StatementKey;
+use squadron_planner::client_types::{client_schema, client_type};
+use squadron_planner::templates::StatementKey;
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 pub const DEFAULT_CAPACITY: usize = 4096;

@@ -50,7 +50,6 @@ use super::statements::{Pending, StartedQuery, StatementStore};
 use crate::coordinator::is_update;
 use crate::coordinator::{Coordinator, PlannedQuery, Reuse, Work};
 use crate::output::encode_batches;
-use crate::planner::templates::StatementKey;
 use crate::security::auth::Authenticator;
 use crate::security::tickets::HandleSigner;
 use crate::session::{changes_session, Session};
@@ -58,6 +57,7 @@ use crate::updates::ingest::ingest;
 use crate::updates::{run_update, run_update_now};
 use datafusion::logical_expr::LogicalPlan;
 use squadron_net::tls::conn::remote_addr;
+use squadron_planner::templates::StatementKey;
 
 pub struct SquadronFlightSql {
     coordinator: Arc<Coordinator>,

@@ -25,9 +25,9 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use crate::cluster::WorkerHealth;
-use crate::planner::JobGraph;
 use crate::scheduler::dispatch::{Attempt, JobAttempt, TaskFailure};
 use crate::scheduler::Placement;
+use squadron_planner::JobGraph;
 
 /// Messages in flight between the job output and the client's `DoGet`.
 pub const OUTPUT_BUFFER: usize = 4;

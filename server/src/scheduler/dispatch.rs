@@ -34,7 +34,7 @@ use tonic::{Code, Status, Streaming};
 use super::placement::Placement;
 use super::progress::JobProgress;
 use crate::cluster::WorkerHealth;
-use crate::planner::{JobGraph, Stage, StageOutput};
+use squadron_planner::{JobGraph, Stage, StageOutput};
 
 /// How long a worker may take to accept a task.
 const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -24,8 +24,8 @@ use crate::cluster::{WorkerHealth, WorkerResolver};
 use crate::output::job_output::{
     lost_worker, open_output, stream_output, AttemptEnd, OutputSender,
 };
-use crate::planner::JobGraph;
 use squadron_net::stream::StreamSecret;
+use squadron_planner::JobGraph;
 
 pub struct JobRunner {
     pub resolver: Arc<dyn WorkerResolver>,

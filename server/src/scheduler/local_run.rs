@@ -23,7 +23,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use futures::{StreamExt, TryStreamExt};
 use squadron_common::error::to_status;
-use squadron_worker::task::pool::execution_runtime;
+use squadron_exec::execution_runtime::execution_runtime;
 use tokio::sync::mpsc::Sender;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;

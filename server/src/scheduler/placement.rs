@@ -1,6 +1,6 @@
 //! Which worker runs which task.
 
-use crate::planner::JobGraph;
+use squadron_planner::JobGraph;
 
 /// `workers[placement[stage][partition]]` runs that task.
 #[derive(Debug, Clone, PartialEq, Eq)]

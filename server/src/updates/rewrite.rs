@@ -29,11 +29,11 @@ use tonic::Status;
 
 use super::names::full_name;
 use super::table_writes::{catalog_of as catalog, write_rows, PendingWrite};
-use crate::catalog::managed_table::ManagedTable;
 use crate::catalog::persisted::Entry;
 use crate::coordinator::Coordinator;
 use crate::session::Session;
 use crate::warehouse::changes::Change;
+use squadron_exec::managed_table::ManagedTable;
 
 /// The column the rewrite query adds: whether the row matched.
 const MATCHED: &str = "__squadron_matched";

@@ -27,8 +27,8 @@ use super::changes::Change;
 use super::janitor::{Janitor, Released};
 use super::log::{CatalogLog, WriteError};
 use super::Warehouse;
-use crate::catalog::managed_table::{FileSet, ManagedTable, TableShape};
 use crate::catalog::persisted::{constraints_of, register_defined, Entry, Managed};
+use squadron_exec::managed_table::{FileSet, ManagedTable, TableShape};
 
 /// Commits re-applied after losing a race before the statement gives up.
 const COMMIT_ATTEMPTS: usize = 16;

@@ -19,8 +19,8 @@ use object_store::{
 use super::changes::Change;
 use super::janitor::{Janitor, JanitorOptions};
 use super::{Warehouse, WarehouseCatalog};
-use crate::catalog::managed_table::ManagedTable;
 use crate::catalog::persisted::{encode_schema, DataFile, Entry, Managed};
+use squadron_exec::managed_table::ManagedTable;
 
 /// An in-memory store whose writes fail while `failing` is set (a full
 /// disk, an unreachable store).

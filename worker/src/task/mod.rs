@@ -2,7 +2,6 @@
 
 pub mod failpoint;
 mod missing_files;
-pub mod pool;
 pub mod registry;
 pub mod runner;
 pub mod stage_plans;

@@ -310,7 +310,8 @@ impl TaskRunner {
             let _ = done_tx.send(status);
         };
         // The caller's span (query and job ids) follows the task.
-        super::pool::execution_runtime().spawn(tracing::Instrument::in_current_span(task));
+        squadron_exec::execution_runtime::execution_runtime()
+            .spawn(tracing::Instrument::in_current_span(task));
         (done_rx, owner)
     }
 }

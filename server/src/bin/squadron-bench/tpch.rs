@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use datafusion::prelude::SessionContext;
 use serde_json::{json, Value};
+use squadron_planner::context::coordinator_session_config;
 use squadron_server::answers::{is_ordered, same_rows};
 use squadron_server::catalog::TableSpec;
-use squadron_server::coordinator_session_config;
 
 use crate::flight::{self, Client};
 use crate::stats::{median, ms};

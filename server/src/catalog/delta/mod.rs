@@ -41,8 +41,8 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore};
 use url::Url;
 
-use crate::planner::client_types::client_schema;
 use skipping::skipping_predicate;
+use squadron_planner::client_types::client_schema;
 
 /// A Delta table at `root`, with the schema it had when registered.
 pub struct DeltaTable {

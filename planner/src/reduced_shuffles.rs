@@ -498,8 +498,8 @@ mod tests {
     use datafusion::physical_plan::{collect, displayable, Partitioning};
     use datafusion::prelude::{SessionConfig, SessionContext};
 
-    use crate::planner::build_job_graph;
-    use crate::planner::test_tables::{key_value_table, physical_plan, sorted_lines};
+    use crate::build_job_graph;
+    use crate::test_tables::{key_value_table, physical_plan, sorted_lines};
 
     /// A small table `b` and a larger `p`, planned in two partitions, joins
     /// collected up to `collected_rows` estimated build rows.

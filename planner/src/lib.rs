@@ -5,6 +5,7 @@ pub mod build_side;
 pub mod cached_footers;
 pub mod children;
 pub mod client_types;
+pub mod context;
 pub mod cut;
 pub mod encode;
 pub mod file_group_partitions;

@@ -24,7 +24,7 @@ use squadron_server::answers::{is_ordered, same_rows};
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn shapes() -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/shapes/queries.sql");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/shapes/queries.sql");
     std::fs::read_to_string(path)
         .expect("shape queries")
         .lines()
@@ -87,7 +87,7 @@ async fn run_all(settings: &[(&str, &str)]) {
     let answer = query(&mut client, recursive).await.unwrap();
     let sum = answer[0].column(0).as_primitive::<Int64Type>().value(0);
     assert_eq!(sum, (0..=20).sum::<i64>());
-    for w in &server.local_workers {
+    for w in squadron_cluster_tests::workers(&server) {
         assert!(w.tasks.is_empty());
     }
     server.shutdown().await.unwrap();

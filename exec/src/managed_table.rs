@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use crate::write::StoredFormat;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
@@ -32,9 +33,16 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStore};
-use squadron_exec::write::StoredFormat;
+use serde::{Deserialize, Serialize};
 
-use super::persisted::DataFile;
+/// One part file of a created table, as the catalog records it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DataFile {
+    /// Relative to the table's directory.
+    pub name: String,
+    pub bytes: u64,
+    pub rows: u64,
+}
 
 /// One committed file set of a created table.
 #[derive(Debug)]

@@ -118,7 +118,7 @@ mod tests {
     use datafusion::execution::runtime_env::RuntimeEnv;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
-    use crate::server::planning_context;
+    use crate::context::planning_context;
 
     /// A Hive-style fact table (one directory per key) and a dimension
     /// table, joined after the DataFusion 55 plan pairs them partition by

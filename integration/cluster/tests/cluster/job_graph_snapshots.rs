@@ -3,8 +3,8 @@
 
 use crate::support::{tpch_data, tpch_query};
 use datafusion::prelude::SessionContext;
-use squadron_server::coordinator_session_config;
-use squadron_server::planner::build_job_graph;
+use squadron_planner::build_job_graph;
+use squadron_planner::context::coordinator_session_config;
 
 #[tokio::test]
 async fn tpch_job_graphs() {

@@ -16,7 +16,7 @@ async fn the_tasks_of_a_stage_on_one_worker_share_its_decoded_plan() {
     // The client stalls after one batch: the final stage's tasks stay
     // running, blocked on their output.
     let stream = start_large_query(&mut client).await;
-    let workers = &server.local_workers;
+    let workers = squadron_cluster_tests::workers(&server);
     let running: Vec<usize> = workers.iter().map(|w| w.tasks.len()).collect();
     let live_plans: Vec<usize> = workers.iter().map(|w| w.stage_plans.len()).collect();
     assert_eq!(

@@ -8,14 +8,14 @@ use datafusion::physical_plan::{collect, displayable, ExecutionPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::*;
-use crate::planner::test_tables::{physical_plan, sorted_lines, sorted_table};
-use crate::planner::{prune_scan_ranges, without_scan_range_pruning};
+use crate::test_tables::{physical_plan, sorted_lines, sorted_table};
+use crate::{prune_scan_ranges, without_scan_range_pruning};
 
 /// A planning context (Squadron's rules) over `t` (`k` 1..=8000 sorted,
 /// `v = 2k`) and `u` (`i` Int32, `s` text, `k`).
 async fn context(dir: &std::path::Path) -> SessionContext {
     let config = SessionConfig::new().with_target_partitions(2);
-    let ctx = crate::server::planning_context(config, Arc::new(RuntimeEnv::default()));
+    let ctx = crate::context::planning_context(config, Arc::new(RuntimeEnv::default()));
     sorted_table(&ctx, dir).await;
     let file = dir.join("u.parquet");
     for sql in [
@@ -251,14 +251,6 @@ async fn a_session_keeps_few_templates_and_none_made_before_a_change() {
     templates.clear();
     templates.insert("planned before".into(), None, before);
     assert!(templates.is_empty());
-    // Through a session: a setting changed drops its templates.
-    let session = crate::session::Session::shared(SessionContext::new());
-    let generation = session.templates().generation();
-    session.templates().insert("shape".into(), None, generation);
-    session
-        .set("datafusion.execution.batch_size", "100")
-        .unwrap();
-    assert!(session.templates().is_empty());
 }
 
 #[tokio::test]

@@ -157,7 +157,7 @@ fn is_constant(plan: &Arc<dyn ExecutionPlan>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::test_tables::{physical_plan as plan, sorted_table};
+    use crate::test_tables::{physical_plan as plan, sorted_table};
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
     #[tokio::test]
@@ -222,7 +222,7 @@ mod tests {
     async fn only_scans_of_a_few_row_groups_read_little() {
         let dir = tempfile::tempdir().unwrap();
         // A planning context: it caches the file's footer.
-        let ctx = crate::server::planning_context(
+        let ctx = crate::context::planning_context(
             datafusion::prelude::SessionConfig::new(),
             Arc::new(datafusion::execution::runtime_env::RuntimeEnv::default()),
         );

@@ -239,8 +239,8 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
     use squadron_exec::plan::StageReadExec;
 
-    use crate::planner::job_graph::{Stage, StageOutput};
-    use crate::planner::test_tables::{key_value_table, physical_plan, sorted_lines};
+    use crate::job_graph::{Stage, StageOutput};
+    use crate::test_tables::{key_value_table, physical_plan, sorted_lines};
 
     /// A session with tables `b` (build side) and `p` (probe side), two
     /// partitions each.
@@ -312,7 +312,7 @@ mod tests {
         let ctx = tables(&small, &big);
         let sql = "SELECT * FROM b WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.k = b.k)";
         let plan = physical_plan(&ctx, sql).await;
-        let graph = crate::planner::build_job_graph(plan).unwrap();
+        let graph = crate::build_job_graph(plan).unwrap();
         let shown = graph.to_string();
         // The build side: 2 channels for the reducing join's 2 tasks, one
         // for the task of the anti join itself.

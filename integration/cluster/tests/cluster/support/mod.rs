@@ -158,6 +158,8 @@ pub fn test_options(workers: Vec<String>, tables: Vec<TableSpec>) -> ServerOptio
         listen: "127.0.0.1:0".parse().unwrap(),
         workers,
         local_workers: 2,
+        // In this process, so tests can look inside them.
+        local_worker_launcher: Some(squadron_cluster_tests::InProcessWorkers::launcher()),
         tables,
         partitions: Some(4),
         // Test tables are tiny: they would all be read on the coordinator.
@@ -175,13 +177,10 @@ pub async fn coordinator_with(options: ServerOptions) -> RunningServer {
 pub async fn assert_workers_idle(server: &RunningServer, within: std::time::Duration, after: &str) {
     let deadline = std::time::Instant::now() + within;
     loop {
-        let tasks: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
-        let streams: usize = server.local_workers.iter().map(|w| w.streams.len()).sum();
-        let plans: usize = server
-            .local_workers
-            .iter()
-            .map(|w| w.stage_plans.len())
-            .sum();
+        let workers = squadron_cluster_tests::workers(server);
+        let tasks: usize = workers.iter().map(|w| w.tasks.len()).sum();
+        let streams: usize = workers.iter().map(|w| w.streams.len()).sum();
+        let plans: usize = workers.iter().map(|w| w.stage_plans.len()).sum();
         if tasks == 0 && streams == 0 && plans == 0 {
             return;
         }
@@ -275,7 +274,7 @@ pub async fn oracle(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
 /// The TPC-H query texts in testdata, by number.
 pub fn tpch_query(n: usize) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/tpch")
+        .join("../../testdata/tpch")
         .join(format!("q{n}.sql"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -142,7 +142,7 @@ fn with_readers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::build_job_graph;
+    use crate::build_job_graph;
     use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
     use datafusion::datasource::memory::MemorySourceConfig;
 

@@ -74,8 +74,7 @@ async fn a_lookup_that_reads_little_runs_on_the_coordinator() {
     let mut client = client(&server).await;
     let ctx = oracle_context(&tables).await;
     let decoded = || -> u64 {
-        server
-            .local_workers
+        squadron_cluster_tests::workers(&server)
             .iter()
             .map(|w| w.stage_plans.decoded())
             .sum()

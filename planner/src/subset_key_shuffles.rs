@@ -163,7 +163,7 @@ mod tests {
     use datafusion::physical_plan::{collect, displayable};
     use datafusion::prelude::{SessionConfig, SessionContext};
 
-    use crate::planner::test_tables::{
+    use crate::test_tables::{
         key_value_table, physical_plan, sorted_lines, without_collected_joins,
     };
 

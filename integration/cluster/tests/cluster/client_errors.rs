@@ -92,7 +92,10 @@ async fn a_client_hanging_up_mid_stream_stops_the_job_on_every_worker() {
     let mut client = client(&server).await;
 
     let stream = start_large_query(&mut client).await;
-    let busy: usize = server.local_workers.iter().map(|w| w.tasks.len()).sum();
+    let busy: usize = squadron_cluster_tests::workers(&server)
+        .iter()
+        .map(|w| w.tasks.len())
+        .sum();
     assert!(busy > 0, "the job should still be running");
     drop(stream);
 

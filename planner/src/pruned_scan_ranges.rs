@@ -185,7 +185,7 @@ impl PhysicalOptimizerRule for PrunedScanRanges {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::test_tables::{sorted_table, without_collected_joins};
+    use crate::test_tables::{sorted_table, without_collected_joins};
     use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNode;
     use datafusion::datasource::physical_plan::parquet::ParquetAccessPlan;
@@ -193,7 +193,7 @@ mod tests {
     use datafusion::physical_plan::collect;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
-    use crate::server::planning_context;
+    use crate::context::planning_context;
 
     /// Four partitions, with files split into one range each however small
     /// (as DataFusion splits large files).

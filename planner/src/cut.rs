@@ -334,7 +334,7 @@ mod tests {
     use datafusion::physical_plan::joins::HashJoinExec;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
-    use crate::planner::test_tables::{key_value_table, physical_plan};
+    use crate::test_tables::{key_value_table, physical_plan};
 
     /// A collected join of `b` (one partition) with `p`, its build side
     /// behind a merge of that one partition.
