@@ -12,7 +12,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # Every crate depends only on lower layers (docs/architecture.md), and no
 # two files of a crate import each other, directly or around a loop.
 python3 .ci/crate_layers.py
-python3 .ci/import_cycles.py proto/src common/src net/src exec/src planner/src worker/src server/src \
+python3 .ci/import_cycles.py proto/src common/src net/src exec/src planner/src worker/src \
+    coordinator/src server/src \
     server/src/bin/squadron-bench integration/cluster/src integration/sqllogictest/src
 
 echo "== build"

@@ -124,9 +124,19 @@ def test_the_dockerfile_builds_both_binaries_from_the_repository():
     instructions = parser.structure
     froms = [i for i in instructions if i["instruction"] == "FROM"]
     assert len(froms) == 2, "a build stage and a slim runtime stage"
+    sources = []
     for copy in (i for i in instructions if i["instruction"] == "COPY" and "--from" not in i["value"]):
         for source in copy["value"].split()[:-1]:
             assert (REPO / source).exists(), f"COPY {source}: not in the repository"
+            sources.append(source.rstrip("/"))
+    # cargo loads the whole workspace: a member left out fails the build.
+    import tomllib
+
+    members = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["members"]
+    for member in members:
+        assert any(member == s or member.startswith(s + "/") for s in sources), (
+            f"workspace member {member} is not copied into the build stage"
+        )
     build = " ".join(i["value"] for i in instructions if i["instruction"] == "RUN")
     assert "--bin squadron-server" in build and "--bin squadron-worker" in build
     assert "--locked" in build

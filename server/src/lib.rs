@@ -15,24 +15,18 @@
 
 pub mod answers;
 pub mod catalog;
-pub mod cluster;
-pub mod coordinator;
+pub mod engine;
 pub mod flight_sql;
 pub mod health_check;
 pub mod local_workers;
-pub mod metrics;
-pub mod output;
 pub mod process_stats;
-pub mod queries;
-pub mod scheduler;
 pub mod security;
 mod server;
-pub mod session;
 pub mod updates;
 pub mod warehouse;
 
-pub use coordinator::{Coordinator, JobLimits};
 pub use server::{
     start, Launcher, RunningServer, ServerOptions, CLIENT_MESSAGE_BYTES,
     DEFAULT_MAX_QUERIES_PER_USER,
 };
+pub use squadron_coordinator::{Coordinator, JobLimits};

@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::Parser;
 use squadron_common::logging::LogArgs;
 use squadron_common::shutdown::parse_bytes;
+use squadron_coordinator::cluster::Discovery;
 use squadron_exec::object_stores::StoreOptions;
 use squadron_server::catalog::{tpch, TableSpec};
-use squadron_server::cluster::Discovery;
 use squadron_server::health_check::HealthCheckArgs;
 use squadron_server::security::SecurityArgs;
 use squadron_server::warehouse::janitor::JanitorOptions;
@@ -310,7 +310,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(listen) = args.metrics_listen {
         squadron_common::metrics::serve(listen)?;
     }
-    squadron_server::metrics::describe();
+    squadron_coordinator::metrics::describe();
     let security = args.security.security(args.demo)?;
     let scheme = if security.cluster_tls.is_some() {
         "https"

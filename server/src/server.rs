@@ -27,22 +27,23 @@ use tower::util::MapResponseLayer;
 
 use crate::catalog::delta::DeltaTableFactory;
 use crate::catalog::TableSpec;
-use crate::cluster::{
-    normalize_url, DiscoveredWorkers, Discovery, StaticResolver, WorkerHealth, WorkerResolver,
-};
-use crate::coordinator::JobLimits;
+use crate::engine::Engine;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
 use crate::local_workers::{EmbeddedWorker, LaunchWorkers, LocalWorkerOptions, WorkerProcesses};
-use crate::queries::LiveQueries;
-use crate::scheduler::JobRunner;
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
 use crate::security::ClientTlsFiles;
 use crate::warehouse::janitor::{Janitor, JanitorOptions};
 use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
-use crate::Coordinator;
+use squadron_coordinator::cluster::{
+    normalize_url, DiscoveredWorkers, Discovery, StaticResolver, WorkerHealth, WorkerResolver,
+};
+use squadron_coordinator::coordinator::JobLimits;
+use squadron_coordinator::queries::LiveQueries;
+use squadron_coordinator::scheduler::JobRunner;
+use squadron_coordinator::Coordinator;
 use squadron_exec::squadron_options::{with_squadron_options, SquadronOptions};
 use squadron_planner::context::coordinator_session_config;
 use squadron_planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT;
@@ -387,9 +388,10 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
     );
-    let mut coordinator = Coordinator::new(ctx, runner, &options.limits)
+    let coordinator = Coordinator::new(ctx, runner, &options.limits)
         .with_table_roots(options.table_roots.clone());
     let mut janitor = None;
+    let mut catalog = None;
     if let Some(warehouse) = &warehouse {
         let ctx = coordinator.session().clone();
         let runtime = ctx.runtime_env();
@@ -398,7 +400,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             .data_dir
             .as_deref()
             .filter(|_| warehouse.local_dir().is_some());
-        let catalog = WarehouseCatalog::open(
+        let opened = WarehouseCatalog::open(
             Arc::clone(warehouse),
             legacy,
             Janitor::new(runtime, options.janitor),
@@ -407,10 +409,10 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         .await
         .map_err(|e| anyhow::anyhow!("the catalog in {}: {e}", warehouse.url()))?;
         janitor = Some(AbortOnDropHandle::new(sweep::spawn(
-            Arc::clone(&catalog),
+            Arc::clone(&opened),
             ctx,
         )));
-        coordinator = coordinator.with_catalog(catalog);
+        catalog = Some(opened);
     }
     let coordinator = Arc::new(coordinator);
     crate::catalog::system::register(
@@ -431,7 +433,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let listener = TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
     let flight = Arc::new(SquadronFlight::new(Arc::new(SquadronFlightSql::new(
-        coordinator.clone(),
+        Arc::new(Engine::new(Arc::clone(&coordinator), catalog)),
         options.auth.clone(),
         options.max_queries_per_user,
     ))));

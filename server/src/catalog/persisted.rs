@@ -3,7 +3,7 @@
 //! tables and views by the statements that defined them, and catalogs and
 //! schemas. Each catalog version is all of them, as JSON.
 
-use crate::session::Session;
+use squadron_coordinator::session::Session;
 use std::collections::HashMap;
 use std::sync::Arc;
 

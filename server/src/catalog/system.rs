@@ -17,8 +17,8 @@ use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
-use crate::cluster::{WorkerHealth, WorkerResolver};
-use crate::queries::LiveQueries;
+use squadron_coordinator::cluster::{WorkerHealth, WorkerResolver};
+use squadron_coordinator::queries::LiveQueries;
 
 /// The schema the tables live in, in the default catalog.
 pub const SYSTEM_SCHEMA: &str = "system";

@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::command_check::check_command;
 use super::service::SquadronFlightSql;
-use crate::metrics::{command_of, flight_request, known_command};
+use squadron_coordinator::metrics::{command_of, flight_request, known_command};
 
 type Sql = SquadronFlightSql;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use arrow_flight::FlightInfo;
 
 use super::handles::HandleMap;
-use crate::output::JobStream;
+use squadron_coordinator::output::JobStream;
 
 pub const POLL_TTL: Duration = Duration::from_secs(300);
 pub const POLL_CAPACITY: usize = 256;

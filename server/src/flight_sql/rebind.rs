@@ -19,7 +19,7 @@ use datafusion::logical_expr::LogicalPlan;
 use squadron_common::error::to_status;
 use tonic::Status;
 
-use crate::session::Session;
+use squadron_coordinator::session::Session;
 
 /// `plan` with every table scan bound to the table of that name now;
 /// FAILED_PRECONDITION when one now has other columns (the plan's column

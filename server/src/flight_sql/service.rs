@@ -47,20 +47,22 @@ use super::session_options::{
 };
 use super::sessions::{Caller, Sessions, DEFAULT_CAPACITY, DEFAULT_IDLE_TTL, SESSION_COOKIE};
 use super::statements::{Pending, StartedQuery, StatementStore};
-use crate::coordinator::is_update;
-use crate::coordinator::{Coordinator, PlannedQuery, Reuse, Work};
-use crate::output::encode_batches;
+use crate::engine::Engine;
 use crate::security::auth::Authenticator;
 use crate::security::tickets::HandleSigner;
-use crate::session::{changes_session, Session};
 use crate::updates::ingest::ingest;
 use crate::updates::{run_update, run_update_now};
 use datafusion::logical_expr::LogicalPlan;
+use squadron_coordinator::coordinator::is_update;
+use squadron_coordinator::coordinator::{Coordinator, PlannedQuery, Reuse, Work};
+use squadron_coordinator::output::encode_batches;
+use squadron_coordinator::session::{changes_session, Session};
 use squadron_net::tls::conn::remote_addr;
 use squadron_planner::templates::StatementKey;
 
 pub struct SquadronFlightSql {
-    coordinator: Arc<Coordinator>,
+    /// The coordinator, with the catalog statements commit to.
+    coordinator: Arc<Engine>,
     state: Arc<ClientState>,
     sql_info: SqlInfoData,
     /// Logins and tokens; `None` in insecure mode.
@@ -97,7 +99,7 @@ impl SquadronFlightSql {
     /// Serves `coordinator` to clients checked by `auth`, each user
     /// running at most `max_queries_per_user` queries at once.
     pub fn new(
-        coordinator: Arc<Coordinator>,
+        coordinator: Arc<Engine>,
         auth: Option<Arc<Authenticator>>,
         max_queries_per_user: usize,
     ) -> Self {
@@ -144,7 +146,7 @@ impl SquadronFlightSql {
     }
 
     pub fn coordinator(&self) -> &Arc<Coordinator> {
-        &self.coordinator
+        self.coordinator.coordinator()
     }
 
     /// Plans `logical` for `caller`. `SET` and `RESET` change the caller's
@@ -314,7 +316,7 @@ impl SquadronFlightSql {
             .start(caller.user(), job_id, planned.stage_count());
         let span = tracing::info_span!("query", query_id = query.id());
         let execute = self.coordinator.execute(job_id, planned).instrument(span);
-        let started = crate::queries::within(query.id(), execute).await;
+        let started = squadron_coordinator::queries::within(query.id(), execute).await;
         match started {
             Ok(stream) => Ok(Box::pin(query.track(stream).inspect(move |_| {
                 let _counted_until_dropped = &slot;
@@ -391,7 +393,7 @@ impl SquadronFlightSql {
     ) -> Result<T, Status> {
         let query = self.coordinator.queries().start(caller.user(), "-", 0);
         let span = tracing::info_span!("query", query_id = query.id());
-        let result = crate::queries::within(query.id(), work.instrument(span)).await;
+        let result = squadron_coordinator::queries::within(query.id(), work.instrument(span)).await;
         query.finish(&result);
         result
     }

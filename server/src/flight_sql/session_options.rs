@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 
 use super::sessions::{Caller, Sessions};
-use crate::session::Session;
+use squadron_coordinator::session::Session;
 
 pub const SET_SESSION_OPTIONS: &str = "SetSessionOptions";
 pub const GET_SESSION_OPTIONS: &str = "GetSessionOptions";

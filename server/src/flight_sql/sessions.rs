@@ -22,7 +22,7 @@ use squadron_net::tls::conn::remote_addr;
 use super::handles::HandleMap;
 use crate::security::auth::Principal;
 use crate::security::tickets::HandleSigner;
-use crate::session::Session;
+use squadron_coordinator::session::Session;
 
 pub const SESSION_COOKIE: &str = "arrow_flight_session_id";
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(30 * 60);

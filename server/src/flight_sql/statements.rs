@@ -15,8 +15,8 @@ use std::time::Duration;
 use tonic::Status;
 
 use super::handles::HandleMap;
-use crate::coordinator::PlannedQuery;
-use crate::output::JobStream;
+use squadron_coordinator::coordinator::PlannedQuery;
+use squadron_coordinator::output::JobStream;
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -116,9 +116,9 @@ impl StatementStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::Work;
     use datafusion::arrow::datatypes::Schema;
     use futures::StreamExt;
+    use squadron_coordinator::coordinator::Work;
     use std::sync::Arc;
 
     fn planned() -> Pending {

@@ -152,7 +152,7 @@ impl Authenticator {
         match credentials(headers)? {
             Credentials::Bearer(token) => {
                 let principal = self.verify_token(&token).inspect_err(|_| {
-                    metrics::counter!(crate::metrics::AUTH_FAILURES, "kind" => "token")
+                    metrics::counter!(squadron_coordinator::metrics::AUTH_FAILURES, "kind" => "token")
                         .increment(1);
                 })?;
                 Ok((principal, token))
@@ -165,7 +165,7 @@ impl Authenticator {
                     .is_some_and(|users| users.verify(&user, &password));
                 if !ok {
                     self.record_failure(client);
-                    metrics::counter!(crate::metrics::AUTH_FAILURES, "kind" => "login")
+                    metrics::counter!(squadron_coordinator::metrics::AUTH_FAILURES, "kind" => "login")
                         .increment(1);
                     tracing::info!(client = ?client, "failed login");
                     return Err(Status::unauthenticated("wrong user name or password"));

@@ -69,7 +69,7 @@ where
                     request.extensions_mut().insert(principal);
                 }
                 Err(status) => {
-                    metrics::counter!(crate::metrics::AUTH_FAILURES, "kind" => "token")
+                    metrics::counter!(squadron_coordinator::metrics::AUTH_FAILURES, "kind" => "token")
                         .increment(1);
                     tracing::debug!(path = request.uri().path(), "refused: {}", status.message());
                     return Box::pin(async move { Ok(status.into_http()) });

@@ -12,15 +12,11 @@ use datafusion::logical_expr::dml::CopyTo;
 use datafusion::logical_expr::LogicalPlan;
 use tonic::Status;
 
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
+use squadron_coordinator::session::Session;
 
 /// Runs `copy`; returns the rows written.
-pub async fn copy_to(
-    coord: &Coordinator,
-    session: &Arc<Session>,
-    copy: CopyTo,
-) -> Result<u64, Status> {
+pub async fn copy_to(coord: &Engine, session: &Arc<Session>, copy: CopyTo) -> Result<u64, Status> {
     coord.check_copy_location(&copy.output_url)?;
     let written = copy.output_url.clone();
     let rows = super::sinks::write_with_sink(coord, session, LogicalPlan::Copy(copy)).await?;
@@ -31,7 +27,7 @@ pub async fn copy_to(
 /// Drops the cached file listings of every directory a COPY wrote into (a
 /// table over that directory lists it again and sees the new files), and
 /// of directories inside the written one.
-pub fn forget_listings_around(coord: &Coordinator, written: &str) {
+pub fn forget_listings_around(coord: &Engine, written: &str) {
     let Ok(written) = ListingTableUrl::parse(written) else {
         return;
     };

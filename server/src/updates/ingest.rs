@@ -21,8 +21,8 @@ use super::names::{already_exists, exists, full_name};
 use super::table_writes::{catalog_of as catalog, Append};
 use super::NewTable;
 use crate::catalog::persisted::{Declared, Entry};
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
+use squadron_coordinator::session::Session;
 
 /// What to do with the rows, given whether the table exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +71,7 @@ fn table_name(command: &CommandStatementIngest) -> Result<TableReference, Status
 
 /// Writes the ingested rows; returns how many.
 pub async fn ingest<S>(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Session,
     command: &CommandStatementIngest,
     schema: SchemaRef,
@@ -117,11 +117,7 @@ where
 }
 
 /// Writes `batches` as part files of `target`, here, as they arrive.
-async fn write_here<S>(
-    coord: &Coordinator,
-    target: WriteTarget,
-    batches: S,
-) -> Result<Written, Status>
+async fn write_here<S>(coord: &Engine, target: WriteTarget, batches: S) -> Result<Written, Status>
 where
     S: Stream<Item = Result<RecordBatch, Status>>,
 {

@@ -34,19 +34,19 @@ use squadron_common::error::to_status;
 use tonic::Status;
 
 use crate::catalog::persisted::{encode_schema, Declared, Entry, Managed};
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
 use crate::warehouse::changes::Change;
 use crate::warehouse::Warehouse;
 pub use names::full_name;
 use names::{already_exists, exists};
+use squadron_coordinator::session::Session;
 use squadron_exec::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
 use table_writes::{catalog_of as catalog, write_rows, Append, PendingWrite};
 
 /// Runs a DDL or DML statement now (after an admission slot); its
 /// answer for `schema`: nothing for DDL, one `count` row for DML.
 pub async fn run_update_now(
-    coord: &Coordinator,
+    coord: &Engine,
     schema: &SchemaRef,
     plan: LogicalPlan,
     session: &Arc<Session>,
@@ -69,7 +69,7 @@ pub async fn run_update_now(
 /// Runs a DDL or DML statement; returns the rows it wrote (0 for DDL).
 /// Names resolve in `session` (its catalog and schema).
 pub async fn run_update(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Arc<Session>,
     plan: LogicalPlan,
 ) -> Result<u64, Status> {
@@ -158,7 +158,7 @@ pub async fn run_update(
 /// INVALID_ARGUMENT naming the formats for one Squadron does not know;
 /// UNIMPLEMENTED for Iceberg, a table format of its own it does not read. DataFusion would answer both with
 /// an internal "unable to find factory".
-fn check_table_format(coord: &Coordinator, file_type: &str) -> Result<(), Status> {
+fn check_table_format(coord: &Engine, file_type: &str) -> Result<(), Status> {
     let format = file_type.to_ascii_uppercase();
     match format.as_str() {
         // iceberg-datafusion 0.10 builds on DataFusion 53; Squadron is on 55.
@@ -184,7 +184,7 @@ fn check_table_format(coord: &Coordinator, file_type: &str) -> Result<(), Status
 
 /// Whether `name` exists and is a table (`Base`) or a view: DROP TABLE
 /// leaves views alone and DROP VIEW tables.
-async fn is_of_type(coord: &Coordinator, name: &TableReference, kind: TableType) -> bool {
+async fn is_of_type(coord: &Engine, name: &TableReference, kind: TableType) -> bool {
     match coord.session().table_provider(name.clone()).await {
         Ok(provider) => {
             let found = provider.table_type();
@@ -232,7 +232,7 @@ pub struct NewTable {
 impl NewTable {
     /// A new table `name` of `schema`, in a directory of its own.
     pub fn start(
-        coord: &Coordinator,
+        coord: &Engine,
         name: &TableReference,
         temporary: bool,
         schema: SchemaRef,
@@ -264,7 +264,7 @@ impl NewTable {
     /// name only if `replace`; returns its rows.
     pub async fn commit(
         self,
-        coord: &Coordinator,
+        coord: &Engine,
         written: &Written,
         declared: Declared,
         replace: bool,
@@ -296,7 +296,7 @@ impl NewTable {
 /// (and by other coordinators). If the commit fails, the server shows what
 /// it showed before.
 async fn define(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Session,
     name: &TableReference,
     definition: Option<String>,
@@ -344,7 +344,7 @@ async fn define(
     Ok(0)
 }
 
-async fn drop_table(coord: &Coordinator, name: &TableReference) -> Result<u64, Status> {
+async fn drop_table(coord: &Engine, name: &TableReference) -> Result<u64, Status> {
     let key = name.to_quoted_string();
     match coord.catalog().filter(|c| c.get(&key).is_some()) {
         // Committed first: a DROP that cannot be committed drops nothing.
@@ -362,11 +362,7 @@ async fn drop_table(coord: &Coordinator, name: &TableReference) -> Result<u64, S
     Ok(0)
 }
 
-async fn insert(
-    coord: &Coordinator,
-    session: &Arc<Session>,
-    dml: DmlStatement,
-) -> Result<u64, Status> {
+async fn insert(coord: &Engine, session: &Arc<Session>, dml: DmlStatement) -> Result<u64, Status> {
     let table_name = full_name(session, &dml.table_name)?;
     if let WriteOp::MergeInto(_) = dml.op {
         // DataFusion's answer: its type checks of the statement, then the
@@ -411,7 +407,7 @@ async fn insert(
 
 /// Appends the rows of `dml` to created table `table` as new part files.
 async fn insert_into_created(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Arc<Session>,
     dml: &DmlStatement,
     table: Managed,
@@ -424,7 +420,7 @@ async fn insert_into_created(
 
 /// Drops the cached file listing of `table`, so the next query sees the
 /// file just written (the cache never expires by itself).
-pub fn forget_listing(coord: &Coordinator, table: &dyn TableProvider) {
+pub fn forget_listing(coord: &Engine, table: &dyn TableProvider) {
     let Some(listing) = table.downcast_ref::<ListingTable>() else {
         return;
     };

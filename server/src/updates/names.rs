@@ -4,8 +4,8 @@ use datafusion::common::TableReference;
 use tonic::Status;
 
 use crate::catalog::system::SYSTEM_SCHEMA;
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
+use squadron_coordinator::session::Session;
 
 /// `name` with the catalog and schema it resolves to in `session`, so
 /// the shared catalog and the persisted one see one name per table.
@@ -24,7 +24,7 @@ pub fn full_name(session: &Session, name: &TableReference) -> Result<TableRefere
     ))
 }
 
-pub fn exists(coord: &Coordinator, name: &TableReference) -> bool {
+pub fn exists(coord: &Engine, name: &TableReference) -> bool {
     coord.session().table_exist(name.clone()).unwrap_or(false)
 }
 

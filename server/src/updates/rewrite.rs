@@ -30,9 +30,9 @@ use tonic::Status;
 use super::names::full_name;
 use super::table_writes::{catalog_of as catalog, write_rows, PendingWrite};
 use crate::catalog::persisted::Entry;
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
 use crate::warehouse::changes::Change;
+use squadron_coordinator::session::Session;
 use squadron_exec::managed_table::ManagedTable;
 
 /// The column the rewrite query adds: whether the row matched.
@@ -40,7 +40,7 @@ const MATCHED: &str = "__squadron_matched";
 
 /// Runs an UPDATE or DELETE; returns the rows it changed or removed.
 pub async fn update_or_delete(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Arc<Session>,
     dml: DmlStatement,
 ) -> Result<u64, Status> {

@@ -13,14 +13,14 @@ use tonic::Status;
 
 use crate::catalog::persisted::Entry;
 use crate::catalog::system::SYSTEM_SCHEMA;
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
 use crate::warehouse::changes::Change;
+use squadron_coordinator::session::Session;
 
 /// A catalog held in memory like DataFusion's own (its tables are files
 /// like any created table's). There is no DROP DATABASE in DataFusion.
 pub async fn create_catalog(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Session,
     create: &CreateCatalog,
     plan: LogicalPlan,
@@ -39,7 +39,7 @@ pub async fn create_catalog(
 }
 
 pub async fn create_schema(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Session,
     create: &CreateCatalogSchema,
     plan: LogicalPlan,
@@ -78,7 +78,7 @@ pub async fn create_schema(
 /// Commits the statement creating a catalog or schema, unless recorded
 /// already: the entry keeps its place, to replay before the schemas and
 /// tables made in it since.
-async fn record_once(coord: &Coordinator, name: String, sql: String) -> Result<u64, Status> {
+async fn record_once(coord: &Engine, name: String, sql: String) -> Result<u64, Status> {
     if let Some(catalog) = coord.catalog().filter(|c| c.get(&name).is_none()) {
         let entry = Entry::Defined {
             name: name.clone(),
@@ -97,7 +97,7 @@ async fn record_once(coord: &Coordinator, name: String, sql: String) -> Result<u
 /// the created tables in it are forgotten and their files removed, as a
 /// DROP TABLE of each would.
 pub async fn drop_schema(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Session,
     drop: &DropCatalogSchema,
     plan: LogicalPlan,

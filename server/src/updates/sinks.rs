@@ -37,14 +37,14 @@ use squadron_exec::plan::guard::file_sink_config;
 use squadron_exec::write::SinkWriteExec;
 use tonic::Status;
 
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
+use squadron_coordinator::session::Session;
 
 /// Runs `statement` (a COPY, or an INSERT into an external table): its
 /// sink in the tasks, or, for a sink that cannot travel, here over the
 /// job's rows. Returns the rows written.
 pub async fn write_with_sink(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Arc<Session>,
     statement: LogicalPlan,
 ) -> Result<u64, Status> {
@@ -64,7 +64,7 @@ pub async fn write_with_sink(
 /// Runs `statement` with its sink in the tasks; the rows written, or
 /// `None` when its sink cannot run in tasks.
 async fn write_in_tasks(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Arc<Session>,
     statement: &LogicalPlan,
 ) -> Result<Option<u64>, Status> {
@@ -191,8 +191,8 @@ impl PartitionStream for OneStream {
 
 /// Runs a planned query on the workers and decodes its rows.
 async fn run_query(
-    coord: &Coordinator,
-    query: crate::coordinator::PlannedQuery,
+    coord: &Engine,
+    query: squadron_coordinator::coordinator::PlannedQuery,
 ) -> Result<impl Stream<Item = Result<RecordBatch, Status>>, Status> {
     let job_id = uuid::Uuid::new_v4().to_string();
     let schema = Arc::clone(&query.schema);

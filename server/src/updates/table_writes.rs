@@ -24,11 +24,11 @@ use squadron_exec::write::{read_written, RowFlag, StoredFormat, WriteTarget, Wri
 use tonic::Status;
 
 use crate::catalog::persisted::{DataFile, Managed};
-use crate::coordinator::Coordinator;
-use crate::session::Session;
+use crate::engine::Engine;
 use crate::warehouse::changes::Change;
 use crate::warehouse::WarehouseCatalog;
 use datafusion::prelude::SessionContext;
+use squadron_coordinator::session::Session;
 
 /// A straggling task of a failed write (its worker cut off, say) may still
 /// finish a file after the statement ended: the files of a write that did
@@ -47,7 +47,7 @@ pub struct PendingWrite {
 
 impl PendingWrite {
     /// A write into the table directory `dir`.
-    pub fn start(coord: &Coordinator, dir: ListingTableUrl) -> Result<Self, Status> {
+    pub fn start(coord: &Engine, dir: ListingTableUrl) -> Result<Self, Status> {
         let catalog = Arc::clone(catalog_of(coord)?);
         let store = coord
             .session()
@@ -250,7 +250,7 @@ pub struct Append {
 }
 
 impl Append {
-    pub fn start(coord: &Coordinator, table: Managed) -> Result<Self, Status> {
+    pub fn start(coord: &Engine, table: Managed) -> Result<Self, Status> {
         let schema = table.schema()?;
         let format = StoredFormat::from_name(&table.format)
             .ok_or_else(|| Status::internal(format!("{}: unknown format", table.name)))?;
@@ -270,7 +270,7 @@ impl Append {
     }
 
     /// Commits the files `written`; returns their rows.
-    pub async fn commit(self, coord: &Coordinator, written: &Written) -> Result<u64, Status> {
+    pub async fn commit(self, coord: &Engine, written: &Written) -> Result<u64, Status> {
         let files = self.write.data_files(written)?;
         let change = Change::Append {
             name: self.table.name,
@@ -282,7 +282,7 @@ impl Append {
     }
 }
 
-pub fn catalog_of(coord: &Coordinator) -> Result<&Arc<WarehouseCatalog>, Status> {
+pub fn catalog_of(coord: &Engine) -> Result<&Arc<WarehouseCatalog>, Status> {
     coord.catalog().ok_or_else(|| {
         Status::failed_precondition(
             "this server keeps no tables of its own: start it with --warehouse (or --data-dir) \
@@ -294,7 +294,7 @@ pub fn catalog_of(coord: &Coordinator) -> Result<&Arc<WarehouseCatalog>, Status>
 /// Runs `rows` (a physical plan, `Coordinator::plan_rows_to_write`)
 /// written as `target` says; what the tasks wrote.
 pub async fn write_rows(
-    coord: &Coordinator,
+    coord: &Engine,
     session: &Arc<Session>,
     rows: Arc<dyn ExecutionPlan>,
     target: WriteTarget,

@@ -217,7 +217,8 @@ impl WarehouseCatalog {
                 Err(WriteError::Conflict) => "conflict",
                 Err(WriteError::Failed(_)) => "failed",
             };
-            metrics::counter!(crate::metrics::CATALOG_COMMITS, "outcome" => outcome).increment(1);
+            metrics::counter!(squadron_coordinator::metrics::CATALOG_COMMITS, "outcome" => outcome)
+                .increment(1);
             match written {
                 Ok(()) => {
                     self.install(ctx, next, shown).await;

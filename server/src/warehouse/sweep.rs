@@ -108,7 +108,7 @@ pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Status> {
     if swept.files > 0 {
         tracing::info!(files = swept.files, "swept files no catalog version names");
     }
-    metrics::counter!(crate::metrics::SWEPT_FILES).increment(swept.files as u64);
+    metrics::counter!(squadron_coordinator::metrics::SWEPT_FILES).increment(swept.files as u64);
     Ok(swept)
 }
 

@@ -38,7 +38,6 @@ use crate::scheduler::{
     run_locally, started_at_once, Admission, JobIds, JobProgress, JobReport, JobRunner, Placement,
 };
 use crate::session::Session;
-use crate::warehouse::WarehouseCatalog;
 use squadron_planner::cached_footers::CachedFooters;
 use squadron_planner::local::{computes_in_proportion, reads_little, reads_no_table};
 use squadron_planner::placeholders::number_placeholders;
@@ -146,7 +145,8 @@ pub enum Work {
     Update(LogicalPlan, Arc<Session>),
 }
 
-/// Whether `plan` is a DDL or DML statement (`crate::updates` runs them).
+/// Whether `plan` is a DDL or DML statement (the server's `updates` run
+/// them).
 pub fn is_update(plan: &LogicalPlan) -> bool {
     matches!(
         plan,
@@ -257,7 +257,6 @@ pub struct Coordinator {
     admission: Admission,
     query_timeout: Option<Duration>,
     history: Arc<Mutex<VecDeque<JobRecord>>>,
-    catalog: Option<Arc<WarehouseCatalog>>,
     /// Distributed jobs running now, by job id, to cancel them and report
     /// their progress.
     running: Arc<DashMap<String, RunningJob>>,
@@ -275,7 +274,6 @@ impl Coordinator {
             admission: Admission::new(limits.max_concurrent_queries, limits.max_queued_queries),
             query_timeout: limits.query_timeout,
             history: Arc::new(Mutex::new(VecDeque::new())),
-            catalog: None,
             running: Arc::new(DashMap::new()),
             table_roots: None,
             queries: Arc::default(),
@@ -334,17 +332,6 @@ impl Coordinator {
                 "{location}: {what} nowhere unless the server is started with --data-root DIR|URL"
             ))),
         }
-    }
-
-    /// Keeps created tables and views in `catalog` (`--warehouse`).
-    pub fn with_catalog(mut self, catalog: Arc<WarehouseCatalog>) -> Self {
-        self.catalog = Some(catalog);
-        self
-    }
-
-    /// The catalog of created tables, when the server has a warehouse.
-    pub fn catalog(&self) -> Option<&Arc<WarehouseCatalog>> {
-        self.catalog.as_ref()
     }
 
     /// The server's own session (its catalogs are every session's).
