@@ -43,8 +43,8 @@ use squadron_planner::local::{computes_in_proportion, reads_little, reads_no_tab
 use squadron_planner::placeholders::number_placeholders;
 use squadron_planner::templates::{Instance, StatementKey, Template};
 use squadron_planner::{
-    build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
-    JobGraph,
+    build_job_graph, build_job_graph_verbose, encode_stages, for_clients, prune_scan_ranges,
+    without_scan_range_pruning, JobGraph,
 };
 
 /// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
@@ -587,20 +587,33 @@ impl Coordinator {
                     .create_physical_plan(&explain.plan)
                     .await
                     .map_err(|e| to_status(&e))?;
-                let distributed = match self.runs_here(&inner, session) {
-                    Some(_) => "Runs on the coordinator: it reads no table, or little \
-                                (--coordinator-scan-limit)"
-                        .to_string(),
-                    None => build_job_graph(inner)
-                        .map_err(|e| to_status(&e))?
-                        .to_string(),
-                };
+                // VERBOSE adds the plan after each distributed pass
+                // (`squadron_planner::pipeline`), as DataFusion's rows show
+                // it after each of its rules.
+                let mut rows = vec![];
+                match self.runs_here(&inner, session) {
+                    Some(_) => rows.push((
+                        "distributed_plan".to_string(),
+                        "Runs on the coordinator: it reads no table, or little \
+                         (--coordinator-scan-limit)"
+                            .to_string(),
+                    )),
+                    None => {
+                        let (graph, steps) =
+                            build_job_graph_verbose(inner).map_err(|e| to_status(&e))?;
+                        if explain.verbose {
+                            rows.extend(steps);
+                        }
+                        rows.push(("distributed_plan".to_string(), graph.to_string()));
+                    }
+                }
                 let schema = explain.schema.inner().clone();
+                let (types, plans): (Vec<String>, Vec<String>) = rows.into_iter().unzip();
                 let stages = RecordBatch::try_new(
                     schema.clone(),
                     vec![
-                        Arc::new(StringArray::from(vec!["distributed_plan"])),
-                        Arc::new(StringArray::from(vec![distributed])),
+                        Arc::new(StringArray::from(types)),
+                        Arc::new(StringArray::from(plans)),
                     ],
                 )
                 .map_err(|e| Status::internal(e.to_string()))?;

@@ -82,6 +82,20 @@ def test_explain_shows_stages(conn):
     stages = plans["distributed_plan"]
     assert stages.count("Stage ") >= 3, stages
     assert "StageReadExec" in stages
+    assert not any(kind.startswith("distributed_plan after") for kind in plans)
+
+
+def test_explain_verbose_lists_the_distributed_passes_in_order(conn):
+    with conn.cursor() as cur:
+        cur.execute("EXPLAIN VERBOSE " + tpch_query(3))
+        kinds, shown = [c.to_pylist() for c in cur.fetch_arrow_table().columns]
+    # DataFusion's own rows name each physical rule, Squadron's among them.
+    assert "physical_plan after NoShuffleAfterOnePartition" in kinds, kinds
+    passes = [k.removeprefix("distributed_plan after ") for k in kinds if k.startswith("distributed_plan after ")]
+    assert passes == ["WithoutOutputMerge", "MergeSubsetKeyShuffles", "ReduceShuffles"], kinds
+    # Then the stages, last.
+    assert kinds[-1] == "distributed_plan"
+    assert shown[-1].count("Stage ") >= 3, shown[-1]
 
 
 def test_view_and_dictionary_columns_reach_clients_as_plain_strings(conn):

@@ -49,24 +49,22 @@ use super::build_side::{gather_probe_side, ProbeSide};
 use super::children::with_children_rewritten;
 use super::job_graph::{JobGraph, Stage, StageOutput};
 use super::readers::assign_readers;
-use super::reduced_shuffles::reduce_shuffles;
-use super::subset_key_shuffles::merge_subset_key_shuffles;
 
-/// Cuts `plan` into a job graph.
-pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
-    // The job output merges the final tasks' streams itself, so a top-level
-    // coalesce without a limit would only add a hop (so would a merge of one
-    // partition where it runs once: `one_partition_merge_input`).
-    let plan = if let Some(coalesce) = plan.downcast_ref::<CoalescePartitionsExec>() {
-        match coalesce.fetch() {
-            None => Arc::clone(coalesce.input()),
-            Some(_) => plan,
-        }
-    } else {
-        plan
-    };
-    let plan = merge_subset_key_shuffles(plan)?;
-    let plan = reduce_shuffles(plan)?;
+/// `plan` without a top-level coalesce that has no limit: the job output
+/// merges the final tasks' streams itself, so that coalesce would only add
+/// a hop (so would a merge of one partition where it runs once:
+/// `one_partition_merge_input`).
+pub fn without_output_merge(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(match plan.downcast_ref::<CoalescePartitionsExec>() {
+        Some(coalesce) if coalesce.fetch().is_none() => Arc::clone(coalesce.input()),
+        _ => plan,
+    })
+}
+
+/// Cuts `plan`, rewritten by the passes before it (`pipeline`), into a
+/// job graph: producer stages at its shuffles and merges, each read by
+/// its consumers through `StageReadExec`s, their channels assigned.
+pub fn cut_into_stages(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     let mut cutter = Cutter {
         runs_once: true,
         ..Cutter::default()
@@ -334,6 +332,7 @@ mod tests {
     use datafusion::physical_plan::joins::HashJoinExec;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
+    use crate::build_job_graph;
     use crate::test_tables::{key_value_table, physical_plan};
 
     /// A collected join of `b` (one partition) with `p`, its build side

@@ -1,4 +1,5 @@
-//! From a physical plan to a job graph of stages.
+//! From a physical plan to a job graph of stages; `pipeline` lists every
+//! step in order.
 
 pub mod allow_list;
 pub mod build_side;
@@ -13,6 +14,7 @@ pub mod job_graph;
 pub mod local;
 pub mod one_partition;
 pub mod passed_columns;
+pub mod pipeline;
 pub mod placeholders;
 pub mod pruned_scan_ranges;
 pub mod readers;
@@ -26,7 +28,7 @@ pub mod templates;
 mod test_tables;
 
 pub use client_types::for_clients;
-pub use cut::build_job_graph;
 pub use encode::encode_stages;
 pub use job_graph::{JobGraph, Stage, StageOutput};
+pub use pipeline::{build_job_graph, build_job_graph_verbose};
 pub use pruned_scan_ranges::{prune_scan_ranges, without_scan_range_pruning};

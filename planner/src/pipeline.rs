@@ -1,0 +1,156 @@
+//! The distributed planner, in order: what happens to a plan, from SQL to
+//! the job graph the scheduler runs. One list, read top to bottom:
+//!
+//! 1. **The planning session's rules** (`context.rs`): DataFusion's logical
+//!    and physical optimizers with Squadron's rules in their places:
+//!    `CheckedScalarSubqueries` first among the logical rules;
+//!    `FileStatisticsAsBounds` first among the physical ones; then, after
+//!    DataFusion's distribution rules and before its `SanityCheckPlan`,
+//!    `PairedInputsHashRouted`, `NoShuffleAfterOnePartition` and
+//!    `PrunedScanRanges`. DataFusion's `EXPLAIN VERBOSE` shows the plan after
+//!    each of them.
+//! 2. **For clients** (`client_types::for_clients`): answers cast to the
+//!    types Flight SQL clients read (a statement's rows; not a write's).
+//! 3. **Here or distributed** (`local.rs`, asked by the coordinator's
+//!    `runs_here`): a plan that reads no table, or little under
+//!    `squadron.coordinator_scan_limit`, runs on the coordinator and stops
+//!    here.
+//! 4. **The distributed passes** (`DISTRIBUTED_PASSES` below), each a
+//!    rewrite of the whole plan, in this order; `EXPLAIN VERBOSE` shows the
+//!    plan after each (`distributed_plan after <name>`).
+//! 5. **Cutting** (`cut::cut_into_stages`): producer stages at shuffles and
+//!    merges, the channels of each stage's readers (`readers`).
+//! 6. **Encoding** (`encode::encode_stages`): each stage's plan as bytes
+//!    once, sent with every task of the stage.
+//!
+//! A statement that differs from an earlier one only in its constants skips
+//! 1-2 and re-uses its plan (`templates`), pruned again for its constants
+//! (`pruned_scan_ranges::prune_scan_ranges`), and goes on from 3.
+
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::physical_plan::{displayable, ExecutionPlan};
+
+use crate::cut::{cut_into_stages, without_output_merge};
+use crate::job_graph::JobGraph;
+use crate::reduced_shuffles::reduce_shuffles;
+use crate::subset_key_shuffles::merge_subset_key_shuffles;
+
+/// A rewrite of a whole plan.
+pub type PlanRewrite = fn(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>;
+
+/// One rewrite of a whole plan on its way to stages.
+pub struct DistributedPass {
+    /// As `EXPLAIN VERBOSE` shows it.
+    pub name: &'static str,
+    pub rewrite: PlanRewrite,
+}
+
+/// The passes a distributed plan goes through before it is cut, in order.
+/// They apply only across processes: in one process each would cost more
+/// than it saves (a shared build side would run twice, a repartition that
+/// is cheap there becomes a stage boundary here).
+pub const DISTRIBUTED_PASSES: &[DistributedPass] = &[
+    // The job output merges the final tasks' streams itself.
+    DistributedPass {
+        name: "WithoutOutputMerge",
+        rewrite: without_output_merge,
+    },
+    // A hash shuffle whose keys a shuffle below already holds is folded
+    // into that one: one exchange instead of two.
+    DistributedPass {
+        name: "MergeSubsetKeyShuffles",
+        rewrite: merge_subset_key_shuffles,
+    },
+    // A selective build side reduces the shuffles below its join.
+    DistributedPass {
+        name: "ReduceShuffles",
+        rewrite: reduce_shuffles,
+    },
+];
+
+/// Cuts `plan` into a job graph: the distributed passes, then the cut.
+pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
+    let plan = DISTRIBUTED_PASSES
+        .iter()
+        .try_fold(plan, |plan, pass| (pass.rewrite)(plan))?;
+    cut_into_stages(plan)
+}
+
+/// `build_job_graph`, with the plan after each pass, named as `EXPLAIN
+/// VERBOSE` shows it.
+pub fn build_job_graph_verbose(
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<(JobGraph, Vec<(String, String)>)> {
+    let mut steps = vec![];
+    let mut plan = plan;
+    for pass in DISTRIBUTED_PASSES {
+        plan = (pass.rewrite)(plan)?;
+        let shown = displayable(plan.as_ref()).indent(true).to_string();
+        steps.push((format!("distributed_plan after {}", pass.name), shown));
+    }
+    Ok((cut_into_stages(plan)?, steps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use crate::test_tables::{key_value_table, physical_plan};
+
+    #[test]
+    fn the_passes_run_in_their_documented_order() {
+        let names: Vec<&str> = DISTRIBUTED_PASSES.iter().map(|p| p.name).collect();
+        assert_eq!(
+            names,
+            [
+                "WithoutOutputMerge",
+                "MergeSubsetKeyShuffles",
+                "ReduceShuffles"
+            ]
+        );
+    }
+
+    async fn aggregate_plan() -> Arc<dyn ExecutionPlan> {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let rows: Vec<_> = (0..20).map(|i| (Some(i % 6), i)).collect();
+        ctx.register_table("t", Arc::new(key_value_table(&rows, 2)))
+            .unwrap();
+        physical_plan(&ctx, "SELECT k, count(*) FROM t GROUP BY k").await
+    }
+
+    #[tokio::test]
+    async fn the_output_merge_pass_leaves_the_merge_to_the_job_output() {
+        let plan = aggregate_plan().await;
+        let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+        let rewritten = without_output_merge(Arc::clone(&merged)).unwrap();
+        assert!(!rewritten.is::<CoalescePartitionsExec>());
+        // With a limit the merge is the limit, and stays.
+        let limited: Arc<dyn ExecutionPlan> =
+            Arc::new(CoalescePartitionsExec::new(rewritten).with_fetch(Some(3)));
+        let kept = without_output_merge(Arc::clone(&limited)).unwrap();
+        assert!(Arc::ptr_eq(&kept, &limited));
+    }
+
+    #[tokio::test]
+    async fn verbose_shows_the_plan_after_every_pass_and_cuts_the_same_graph() {
+        let plan = aggregate_plan().await;
+        let (graph, steps) = build_job_graph_verbose(Arc::clone(&plan)).unwrap();
+        let names: Vec<&str> = steps.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            DISTRIBUTED_PASSES
+                .iter()
+                .map(|p| format!("distributed_plan after {}", p.name))
+                .collect::<Vec<_>>()
+        );
+        assert!(steps
+            .iter()
+            .all(|(_, shown)| shown.contains("AggregateExec")));
+        let plain = build_job_graph(plan).unwrap();
+        assert_eq!(graph.to_string(), plain.to_string());
+    }
+}
