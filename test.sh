@@ -14,7 +14,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 python3 .ci/crate_layers.py
 python3 .ci/import_cycles.py proto/src common/src net/src exec/src planner/src worker/src \
     coordinator/src server/src \
-    server/src/bin/squadron-bench integration/cluster/src integration/sqllogictest/src
+    integration/bench/src integration/cluster/src integration/sqllogictest/src
 
 echo "== build"
 cargo build --workspace --bins --tests --locked

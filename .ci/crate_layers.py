@@ -39,8 +39,8 @@ LAYERS = {
         "squadron-coordinator",
     },
 }
-# Test harnesses: whole clusters, so they may link everything.
-HARNESSES = {"squadron-cluster-tests", "squadron-sqllogictest"}
+# Test and benchmark harnesses: whole clusters, so they may link everything.
+HARNESSES = {"squadron-cluster-tests", "squadron-sqllogictest", "squadron-bench"}
 
 
 def violations(packages):

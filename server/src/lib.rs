@@ -13,13 +13,11 @@
 //! - `updates/`: DDL, DML and bulk ingest
 //! - `session`: a client's catalog, schema and changed settings
 
-pub mod answers;
 pub mod catalog;
 pub mod engine;
 pub mod flight_sql;
 pub mod health_check;
 pub mod local_workers;
-pub mod process_stats;
 pub mod security;
 mod server;
 pub mod updates;

@@ -9,7 +9,7 @@ use crate::support::{
     assert_workers_idle, client, coordinator_with, oracle, oracle_context, query, test_options,
     tpch_data, tpch_query,
 };
-use squadron_server::answers::{is_ordered, same_rows};
+use squadron_cluster_tests::answers::{is_ordered, same_rows};
 use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

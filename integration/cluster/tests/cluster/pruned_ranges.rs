@@ -4,7 +4,7 @@
 
 use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
-use squadron_server::answers::same_rows;
+use squadron_cluster_tests::answers::same_rows;
 use squadron_server::catalog::TableSpec;
 use squadron_server::RunningServer;
 

@@ -4,7 +4,7 @@
 //! kept are read.
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use squadron_server::answers::same_rows;
+use squadron_cluster_tests::answers::same_rows;
 
 use crate::pruned_ranges::sorted_in_four_ranges;
 use crate::support::{client, coordinator_with, oracle, query, test_options};

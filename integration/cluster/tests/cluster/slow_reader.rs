@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{client, coordinator_with, query, test_options, tpch_data, WorkerProcess};
 use futures::StreamExt;
-use squadron_server::process_stats::rss_bytes;
+use squadron_cluster_tests::process_stats::rss_bytes;
 
 const MIB: u64 = 1 << 20;
 

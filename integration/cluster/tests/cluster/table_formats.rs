@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use crate::support::{client, coordinator, oracle, oracle_context, query};
-use squadron_server::answers::same_rows;
+use squadron_cluster_tests::answers::same_rows;
 use squadron_server::catalog::TableSpec;
 
 fn write_csv_dir(dir: &std::path::Path) {

@@ -5,7 +5,7 @@
 use crate::support::{
     client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query, WorkerProcess,
 };
-use squadron_server::answers::{is_ordered, same_rows};
+use squadron_cluster_tests::answers::{is_ordered, same_rows};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_queries_match_single_node_datafusion() {

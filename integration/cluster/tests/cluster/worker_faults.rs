@@ -9,7 +9,7 @@ use crate::support::{
     client, coordinator_with, oracle, oracle_context, query, test_options, tpch_data, tpch_query,
     WorkerProcess,
 };
-use squadron_server::answers::{is_ordered, same_rows};
+use squadron_cluster_tests::answers::{is_ordered, same_rows};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 

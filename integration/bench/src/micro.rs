@@ -9,7 +9,7 @@ use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use squadron_server::process_stats::cpu_seconds;
+use squadron_cluster_tests::process_stats::cpu_seconds;
 
 use crate::cluster::{Cluster, RssSampler};
 use crate::flight::{self, Client};

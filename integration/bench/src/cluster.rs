@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::sql::client::FlightSqlServiceClient;
+use squadron_cluster_tests::process_stats::rss_bytes;
 use squadron_net::tls::generate::{generate, DevCerts};
-use squadron_server::process_stats::rss_bytes;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 impl Secure {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use datafusion::prelude::SessionContext;
 use serde_json::{json, Value};
+use squadron_cluster_tests::answers::{is_ordered, same_rows};
 use squadron_planner::context::coordinator_session_config;
-use squadron_server::answers::{is_ordered, same_rows};
 use squadron_server::catalog::TableSpec;
 
 use crate::flight::{self, Client};
