@@ -2,10 +2,12 @@
 //! coordinator process with two worker processes, side by side with
 //! in-process single-node DataFusion in the same run.
 //!
-//! Suites (all by default): `latency` (SELECT 1 and a point query, p50/p99),
+//! Suites (all by default): `latency` (SELECT 1 and a point query, p50/p99;
+//! the point query where the coordinator puts it, which its EXPLAIN names,
+//! then forced onto the workers with `squadron.coordinator_scan_limit = 0`),
 //! `concurrency` (8 and 32 clients on short queries, queries/s), `stream`
 //! (SELECT * FROM lineitem to the client, with peak memory per process) and
-//! `tpch` (the 22 queries, every answer checked against DataFusion).
+//! `tpch` (the 22 queries). Every answer is checked against DataFusion's.
 //! Prints a table per suite and optionally writes every figure as JSON.
 
 mod cluster;
@@ -170,6 +172,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await?,
             );
         }
+        // The same lookup forced onto the workers in a session of its own:
+        // the cost of distributing a lookup.
+        let mut on_workers = cluster.client().await?;
+        flight::collect(&mut on_workers, "SET squadron.coordinator_scan_limit = 0").await?;
+        figures.push(
+            micro::latency(
+                &mut on_workers,
+                &local,
+                &cluster.pids(),
+                point,
+                args.latency_runs,
+            )
+            .await?,
+        );
         results.insert("latency".into(), Value::Array(figures));
     }
     if wants("concurrency") {
@@ -178,7 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let mut figures = vec![];
         for query in [ShortQuery::SelectOne, point] {
             for clients in [8, 32] {
-                figures.push(micro::concurrent(&cluster, query, clients, duration).await?);
+                figures.push(micro::concurrent(&cluster, &local, query, clients, duration).await?);
             }
         }
         results.insert("concurrency".into(), Value::Array(figures));

@@ -9,6 +9,8 @@ use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
+use datafusion::arrow::record_batch::RecordBatch;
+use squadron_cluster_tests::answers::same_rows;
 use squadron_cluster_tests::process_stats::cpu_seconds;
 
 use crate::cluster::{Cluster, RssSampler};
@@ -48,6 +50,47 @@ impl ShortQuery {
     }
 }
 
+/// Distinct constants the concurrency runs cycle through, each answer
+/// known from DataFusion beforehand.
+const ORACLE_KEYS: u64 = 256;
+
+/// DataFusion's answers to `query` for `i` in `0..ORACLE_KEYS`.
+async fn oracle_answers(
+    local: &SessionContext,
+    query: ShortQuery,
+) -> anyhow::Result<Vec<Vec<RecordBatch>>> {
+    let mut answers = Vec::with_capacity(ORACLE_KEYS as usize);
+    for i in 0..ORACLE_KEYS {
+        answers.push(local.sql(&query.sql(i)).await?.collect().await?);
+    }
+    Ok(answers)
+}
+
+/// Runs `query` for `i` and compares its answer with DataFusion's.
+async fn checked(
+    client: &mut Client,
+    query: ShortQuery,
+    i: u64,
+    expected: &[RecordBatch],
+) -> anyhow::Result<()> {
+    let sql = query.sql(i);
+    let batches = flight::collect(client, &sql).await?;
+    same_rows(&batches, expected, false)
+        .map_err(|e| anyhow::anyhow!("{sql}: not DataFusion's answer: {e}"))
+}
+
+/// Where `query` runs in `client`'s session, from its EXPLAIN: "the
+/// coordinator" when the coordinator answers it itself, else "the workers".
+pub async fn runs_on(client: &mut Client, query: ShortQuery) -> anyhow::Result<&'static str> {
+    let explained = flight::collect(client, &format!("EXPLAIN {}", query.sql(0))).await?;
+    let shown = datafusion::arrow::util::pretty::pretty_format_batches(&explained)?.to_string();
+    Ok(if shown.contains("Runs on the coordinator") {
+        "the coordinator"
+    } else {
+        "the workers"
+    })
+}
+
 /// Runs `query` `runs` times after a warm-up, interleaved run by run with
 /// the same query on in-process single-node DataFusion (`local`), and
 /// reports both p50/p99 side by side with Squadron's CPU per query: on a
@@ -60,6 +103,7 @@ pub async fn latency(
     query: ShortQuery,
     runs: usize,
 ) -> anyhow::Result<Value> {
+    let runs_on = runs_on(client, query).await?;
     for i in 0..20 {
         flight::collect(client, &query.sql(i)).await?;
         local.sql(&query.sql(i)).await?.collect().await?;
@@ -77,8 +121,10 @@ pub async fn latency(
             query.name()
         );
         let start = Instant::now();
-        local.sql(&query.sql(i)).await?.collect().await?;
+        let expected = local.sql(&query.sql(i)).await?.collect().await?;
         datafusion.push(start.elapsed());
+        same_rows(&batches, &expected, false)
+            .map_err(|e| anyhow::anyhow!("{}: not DataFusion's answer: {e}", query.sql(i)))?;
     }
     // The bench's own DataFusion runs are in this process, not in these.
     let cpu_ms: Vec<f64> = pids
@@ -95,7 +141,7 @@ pub async fn latency(
         percentile(datafusion, 99.0),
     );
     println!(
-        "{:<14} p50 {:>7.3} ms  p99 {:>7.3} ms | DataFusion p50 {:>7.3} ms  p99 {:>7.3} ms | p50 ratio {:>5.2} | CPU ms/query: coordinator {:.2}, workers {:.2?}",
+        "{:<14} p50 {:>7.3} ms  p99 {:>7.3} ms | DataFusion p50 {:>7.3} ms  p99 {:>7.3} ms | p50 ratio {:>5.2} | CPU ms/query: coordinator {:.2}, workers {:.2?} | runs on {runs_on}",
         query.name(),
         ms(p50),
         ms(p99),
@@ -107,6 +153,8 @@ pub async fn latency(
     );
     Ok(json!({
         "query": query.name(),
+        "runs_on": runs_on,
+        "answers_checked": true,
         "runs": runs,
         "p50_ms": ms(p50),
         "p99_ms": ms(p99),
@@ -208,10 +256,13 @@ async fn count_local(local: &SessionContext, sql: &str) -> anyhow::Result<u64> {
 /// for `duration`; reports completed queries per second and errors.
 pub async fn concurrent(
     cluster: &Cluster,
+    local: &SessionContext,
     query: ShortQuery,
     clients: usize,
     duration: Duration,
 ) -> anyhow::Result<Value> {
+    // Every answer is checked: a wrong one counts as an error.
+    let oracle = Arc::new(oracle_answers(local, query).await?);
     let mut connections = Vec::with_capacity(clients);
     for _ in 0..clients {
         connections.push(cluster.client().await?);
@@ -226,12 +277,13 @@ pub async fn concurrent(
         .enumerate()
         .map(|(c, mut client)| {
             let (done, errors, first_error) = (done.clone(), errors.clone(), first_error.clone());
+            let oracle = Arc::clone(&oracle);
             tokio::spawn(async move {
-                let mut i = c as u64 * 1_000_003;
+                let mut i = c as u64 * 31;
                 while Instant::now() < deadline {
-                    i += 1;
-                    match flight::collect(&mut client, &query.sql(i)).await {
-                        Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                    i = (i + 1) % ORACLE_KEYS;
+                    match checked(&mut client, query, i, &oracle[i as usize]).await {
+                        Ok(()) => done.fetch_add(1, Ordering::Relaxed),
                         Err(e) => {
                             first_error
                                 .lock()
@@ -259,6 +311,7 @@ pub async fn concurrent(
     }
     Ok(json!({
         "query": query.name(),
+        "answers_checked": true,
         "clients": clients,
         "seconds": elapsed,
         "queries": done,
