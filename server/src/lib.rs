@@ -1,17 +1,18 @@
-//! Squadron coordinator: serves Arrow Flight SQL to clients, plans each
-//! statement into stages, runs the stages' tasks on workers and streams the
-//! final stage back.
+//! Squadron server: the Flight SQL service clients connect to, on top of
+//! the coordinator (`squadron-coordinator`), which plans statements into
+//! stages, runs their tasks on workers and streams the final stage back.
 //!
 //! - `flight_sql/`: the client-facing service, statement handles, errors
-//! - `planner/`: physical plan → job graph (stages)
-//! - `scheduler/`: admission, task placement, dispatch (RunTask), retries
-//! - `output/`: the job output merging the final stage's streams
-//! - `cluster/`: where the workers are (`WorkerResolver`) and which answer
-//! - `catalog/`: tables from the command line, TPC-H sample data, created
-//!   tables (`ManagedTable`) and the catalog's entries
+//! - `security/`: client TLS, logins, tokens, signed tickets
+//! - `catalog/`: tables from the command line, TPC-H sample data, Delta
+//!   tables, system tables, the catalog's entries
 //! - `warehouse/`: where created tables and the catalog live; commits
-//! - `updates/`: DDL, DML and bulk ingest
-//! - `session`: a client's catalog, schema and changed settings
+//! - `updates/`: DDL, DML and bulk ingest, run against `engine`
+//! - `local_workers`: the embedded workers, as child processes
+//! - `health_check`: the `health-check` subcommand
+//!
+//! The crates below, and the life of a query through them:
+//! docs/architecture.md.
 
 pub mod catalog;
 pub mod engine;
