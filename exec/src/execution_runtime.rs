@@ -16,8 +16,8 @@ static EXECUTION: OnceLock<Runtime> = OnceLock::new();
 
 /// The runtime tasks run on; built on first use and kept for the life of
 /// the process (a static is never dropped, so it never shuts down inside
-/// an async context). Embedded workers of one process share it, and so
-/// does a coordinator for the plans it answers itself.
+/// an async context). Workers started in one process (tests) share it,
+/// and so does a coordinator for the plans it answers itself.
 pub fn execution_runtime() -> Handle {
     EXECUTION
         .get_or_init(|| {

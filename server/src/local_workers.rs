@@ -90,9 +90,12 @@ impl LaunchWorkers for WorkerProcesses {
             let mut command = Command::new(&self.binary);
             command.args(worker_args(options));
             // Its settings are the coordinator's, never a worker's own
-            // variables that happen to be set here.
+            // variables that happen to be set here, nor a test's failpoint.
             for (name, _) in std::env::vars_os() {
-                if name.to_string_lossy().starts_with("SQUADRON_WORKER_") {
+                let name_text = name.to_string_lossy();
+                if name_text.starts_with("SQUADRON_WORKER_")
+                    || name_text == "SQUADRON_TEST_FAILPOINT"
+                {
                     command.env_remove(name);
                 }
             }

@@ -21,7 +21,8 @@ pub const STAGE_PLAN_SOURCES: &[&str] = &["decoded", "shared"];
 pub const TASK_OUTCOMES: &[&str] = &["succeeded", "failed", "cancelled"];
 
 /// Describes the worker's metrics and creates them at zero (adding zero:
-/// embedded workers share one process and its counters).
+/// workers started in one process, as the cluster tests do, share its
+/// counters).
 pub fn describe_worker() {
     describe_counter!(WORKER_TASKS, "Tasks finished on this worker, by outcome");
     describe_gauge!(WORKER_TASKS_RUNNING, "Tasks running on this worker now");
@@ -67,8 +68,8 @@ pub fn task_finished(outcome: &'static str, elapsed: Duration) {
 }
 
 /// Reports the execution memory `runtime`'s tasks hold, every second, until
-/// dropped. Adds its change to the gauge, so the embedded workers of one
-/// process sum up.
+/// dropped. Adds its change to the gauge, so the workers of one process
+/// sum up.
 pub fn report_memory(
     runtime: std::sync::Arc<datafusion::execution::runtime_env::RuntimeEnv>,
 ) -> tokio_util::task::AbortOnDropHandle<()> {

@@ -206,8 +206,9 @@ fn require_role(
 }
 
 /// Binds a worker on `addr` and serves it in the background; returns the
-/// URL peers reach it at and its state. Used for the coordinator's embedded
-/// workers.
+/// URL peers reach it at and its state. Used by tests that start workers
+/// in their own process (the coordinator runs its embedded workers as
+/// child processes).
 pub async fn spawn_worker(
     addr: SocketAddr,
     options: WorkerOptions,

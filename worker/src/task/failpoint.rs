@@ -1,8 +1,8 @@
 //! A deterministic fault for tests of the retry paths.
 //!
 //! Read only by the `squadron-worker` binary from `SQUADRON_TEST_FAILPOINT`
-//! (never by workers embedded in a coordinator, whose process is the
-//! coordinator's). Not for production use.
+//! (never by a coordinator's embedded workers: it clears the variable for
+//! them). Not for production use.
 //!
 //! - `crash-on-task=N`: the worker process aborts when its N-th task
 //!   arrives, as a machine that dies mid-query would.
