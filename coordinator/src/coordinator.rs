@@ -33,7 +33,7 @@ use tonic::Status;
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::queries::{LiveQueries, QueryLog, QueryRow};
 use crate::scheduler::admission::Slot;
-use crate::scheduler::stoppable::until_stopped;
+use crate::scheduler::stoppable::{until_stopped, Deadline};
 use crate::scheduler::{
     run_locally, started_at_once, Admission, JobIds, JobProgress, JobReport, JobRunner, Placement,
 };
@@ -717,8 +717,14 @@ impl Coordinator {
                 // Timeout and cancel stop it as they stop a job; the slot
                 // is held until the answer is sent or dropped.
                 let (cancel, entry) = self.register(job_id, None);
-                let stop = self.stopped(cancel);
-                let messages = until_stopped(encode_batches(schema, batches), stop, (slot, entry));
+                let deadline = self.deadline();
+                let stop = self.stopped(cancel, deadline.clone());
+                let messages = until_stopped(
+                    encode_batches(schema, batches),
+                    stop,
+                    deadline,
+                    (slot, entry),
+                );
                 if run == LocalRun::AsRead {
                     return Ok(messages);
                 }
@@ -807,7 +813,7 @@ impl Coordinator {
     {
         let (cancel, entry) = self.register(job_id, Some(output));
         let progress = Arc::clone(&entry.progress);
-        let stop = self.stopped(cancel);
+        let stop = self.stopped(cancel, self.deadline());
         let output = output.clone();
         let run = run(progress);
         async move {
@@ -863,22 +869,27 @@ impl Coordinator {
         )
     }
 
+    /// When a query starting now must be over (`--query-timeout`).
+    fn deadline(&self) -> Option<Deadline> {
+        self.query_timeout.map(Deadline::after)
+    }
+
     /// Resolves with the status a job is stopped with: DEADLINE_EXCEEDED
-    /// past the query timeout, CANCELLED when `cancel` fires.
-    fn stopped(&self, cancel: CancellationToken) -> impl Future<Output = Status> + Send + 'static {
-        let timeout = self.query_timeout;
+    /// at `deadline`, CANCELLED when `cancel` fires.
+    fn stopped(
+        &self,
+        cancel: CancellationToken,
+        deadline: Option<Deadline>,
+    ) -> impl Future<Output = Status> + Send + 'static {
         async move {
-            let deadline = async {
-                match timeout {
-                    Some(limit) => tokio::time::sleep(limit).await,
+            let timeout = async {
+                match deadline {
+                    Some(deadline) => deadline.reached().await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                _ = deadline => Status::deadline_exceeded(format!(
-                    "the query ran longer than {:?} (--query-timeout) and was stopped",
-                    timeout.unwrap_or_default()
-                )),
+                status = timeout => status,
                 _ = cancel.cancelled() => Status::cancelled("the query was cancelled"),
             }
         }
