@@ -600,7 +600,8 @@ impl Coordinator {
                     )),
                     None => {
                         let (graph, steps) =
-                            build_job_graph_verbose(inner).map_err(|e| to_status(&e))?;
+                            build_job_graph_verbose(inner, &session.squadron_options())
+                                .map_err(|e| to_status(&e))?;
                         if explain.verbose {
                             rows.extend(steps);
                         }
@@ -678,7 +679,8 @@ impl Coordinator {
                 settings,
             });
         }
-        let mut graph = build_job_graph(plan).map_err(|e| to_status(&e))?;
+        let mut graph =
+            build_job_graph(plan, &session.squadron_options()).map_err(|e| to_status(&e))?;
         tracing::trace!("stages cut");
         encode_stages(&mut graph).map_err(|e| to_status(&e))?;
         Ok(PlannedQuery {

@@ -80,6 +80,24 @@ def test_squadron_settings_change_planning_for_this_session_only(cluster, oracle
                 cur.execute("SET squadron.no_such_setting = 1")
 
 
+def test_the_subset_key_row_limit_is_a_session_setting(cluster, oracle):
+    # A count(DISTINCT) by group hashes on (group, value), then on group:
+    # the planner folds the second shuffle into the first (one stage less)
+    # when the rows below are few, which a session may forbid.
+    sql = ("SELECT l_returnflag, count(DISTINCT l_suppkey) AS c FROM lineitem "
+           "GROUP BY l_returnflag ORDER BY 1")
+    with connect(cluster) as folding, connect(cluster) as not_folding:
+        with not_folding.cursor() as cur:
+            cur.execute("SET squadron.subset_key_max_rows = 0")
+        folded = distributed_plan(folding, sql).count("Stage ")
+        kept = distributed_plan(not_folding, sql).count("Stage ")
+        assert kept == folded + 1, (folded, kept)
+        for conn in (folding, not_folding):
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                assert_same(cur.fetch_arrow_table(), oracle.sql(sql).to_arrow_table(), True)
+
+
 def test_a_session_may_raise_its_tasks_per_stage_within_bounds(cluster, oracle):
     # Each branch of the union shuffles its groups to the final aggregate
     # (after a one-partition input with no union above, one task would

@@ -157,7 +157,7 @@ mod tests {
         let err = split_rule(&plan).unwrap_err();
         assert!(matches!(err, DataFusionError::NotImplemented(_)));
         assert!(err.to_string().contains("MysteryExec"), "{err}");
-        let graph = crate::build_job_graph(plan).unwrap_err();
+        let graph = crate::build_job_graph(plan, &Default::default()).unwrap_err();
         assert!(graph.to_string().contains("MysteryExec"), "{graph}");
     }
 }

@@ -312,7 +312,7 @@ mod tests {
         let ctx = tables(&small, &big);
         let sql = "SELECT * FROM b WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.k = b.k)";
         let plan = physical_plan(&ctx, sql).await;
-        let graph = crate::build_job_graph(plan).unwrap();
+        let graph = crate::build_job_graph(plan, &Default::default()).unwrap();
         let shown = graph.to_string();
         // The build side: 2 channels for the reducing join's 2 tasks, one
         // for the task of the anti join itself.

@@ -364,7 +364,7 @@ mod tests {
     async fn a_merge_of_one_partition_under_a_one_task_result_is_no_stage() {
         let plan = join_over_merged_build_side(1).await;
         assert_eq!(plan.output_partitioning().partition_count(), 1);
-        let graph = build_job_graph(plan).unwrap();
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
         assert_eq!(graph.stages.len(), 1, "{}", graph.display_compact());
     }
 
@@ -373,7 +373,7 @@ mod tests {
         // Each of the join's two tasks would compute it again.
         let plan = join_over_merged_build_side(2).await;
         assert_eq!(plan.output_partitioning().partition_count(), 2);
-        let graph = build_job_graph(plan).unwrap();
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
         assert_eq!(graph.stages.len(), 2, "{}", graph.display_compact());
     }
 }

@@ -31,14 +31,16 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::physical_plan::{displayable, ExecutionPlan};
+use squadron_exec::squadron_options::SquadronOptions;
 
 use crate::cut::{cut_into_stages, without_output_merge};
 use crate::job_graph::JobGraph;
 use crate::reduced_shuffles::reduce_shuffles;
 use crate::subset_key_shuffles::merge_subset_key_shuffles;
 
-/// A rewrite of a whole plan.
-pub type PlanRewrite = fn(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>;
+/// A rewrite of a whole plan, under the session's `squadron.*` settings.
+pub type PlanRewrite =
+    fn(Arc<dyn ExecutionPlan>, &SquadronOptions) -> Result<Arc<dyn ExecutionPlan>>;
 
 /// One rewrite of a whole plan on its way to stages.
 pub struct DistributedPass {
@@ -55,26 +57,33 @@ pub const DISTRIBUTED_PASSES: &[DistributedPass] = &[
     // The job output merges the final tasks' streams itself.
     DistributedPass {
         name: "WithoutOutputMerge",
-        rewrite: without_output_merge,
+        rewrite: |plan, _| without_output_merge(plan),
     },
     // A hash shuffle whose keys a shuffle below already holds is folded
-    // into that one: one exchange instead of two.
+    // into that one: one exchange instead of two (below
+    // `squadron.subset_key_max_rows` rows read).
     DistributedPass {
         name: "MergeSubsetKeyShuffles",
-        rewrite: merge_subset_key_shuffles,
+        rewrite: |plan, options| {
+            let max_rows = usize::try_from(options.subset_key_max_rows).unwrap_or(usize::MAX);
+            merge_subset_key_shuffles(plan, max_rows)
+        },
     },
     // A selective build side reduces the shuffles below its join.
     DistributedPass {
         name: "ReduceShuffles",
-        rewrite: reduce_shuffles,
+        rewrite: |plan, _| reduce_shuffles(plan),
     },
 ];
 
 /// Cuts `plan` into a job graph: the distributed passes, then the cut.
-pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
+pub fn build_job_graph(
+    plan: Arc<dyn ExecutionPlan>,
+    options: &SquadronOptions,
+) -> Result<JobGraph> {
     let plan = DISTRIBUTED_PASSES
         .iter()
-        .try_fold(plan, |plan, pass| (pass.rewrite)(plan))?;
+        .try_fold(plan, |plan, pass| (pass.rewrite)(plan, options))?;
     cut_into_stages(plan)
 }
 
@@ -82,11 +91,12 @@ pub fn build_job_graph(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
 /// VERBOSE` shows it.
 pub fn build_job_graph_verbose(
     plan: Arc<dyn ExecutionPlan>,
+    options: &SquadronOptions,
 ) -> Result<(JobGraph, Vec<(String, String)>)> {
     let mut steps = vec![];
     let mut plan = plan;
     for pass in DISTRIBUTED_PASSES {
-        plan = (pass.rewrite)(plan)?;
+        plan = (pass.rewrite)(plan, options)?;
         let shown = displayable(plan.as_ref()).indent(true).to_string();
         steps.push((format!("distributed_plan after {}", pass.name), shown));
     }
@@ -138,7 +148,8 @@ mod tests {
     #[tokio::test]
     async fn verbose_shows_the_plan_after_every_pass_and_cuts_the_same_graph() {
         let plan = aggregate_plan().await;
-        let (graph, steps) = build_job_graph_verbose(Arc::clone(&plan)).unwrap();
+        let (graph, steps) =
+            build_job_graph_verbose(Arc::clone(&plan), &SquadronOptions::default()).unwrap();
         let names: Vec<&str> = steps.iter().map(|(name, _)| name.as_str()).collect();
         assert_eq!(
             names,
@@ -150,7 +161,7 @@ mod tests {
         assert!(steps
             .iter()
             .all(|(_, shown)| shown.contains("AggregateExec")));
-        let plain = build_job_graph(plan).unwrap();
+        let plain = build_job_graph(plan, &SquadronOptions::default()).unwrap();
         assert_eq!(graph.to_string(), plain.to_string());
     }
 }

@@ -166,7 +166,7 @@ mod tests {
         // Union partitions: 0..3 from the left input, 3 from the merge.
         let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(source(4)));
         let plan = UnionExec::try_new(vec![source(3), merged]).unwrap();
-        let graph = build_job_graph(plan).unwrap();
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
         let final_stage = graph.final_stage();
         assert_eq!(final_stage.tasks, 4);
         assert_eq!(merge_read_of(final_stage), vec![3]);
@@ -180,7 +180,7 @@ mod tests {
     fn a_collected_build_side_is_read_by_every_task() {
         let build: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(source(4)));
         let plan: Arc<dyn ExecutionPlan> = Arc::new(CrossJoinExec::new(build, source(3)));
-        let graph = build_job_graph(plan).unwrap();
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
         let final_stage = graph.final_stage();
         assert_eq!(final_stage.tasks, 3);
         assert_eq!(merge_read_of(final_stage), vec![0, 1, 2]);

@@ -559,7 +559,9 @@ mod tests {
 
     /// Stages whose plan scans `b` with a filter: the build side.
     fn build_stages(plan: Arc<dyn ExecutionPlan>) -> usize {
-        let graph = build_job_graph(plan).map_err(|e| e.to_string()).unwrap();
+        let graph = build_job_graph(plan, &Default::default())
+            .map_err(|e| e.to_string())
+            .unwrap();
         graph
             .stages
             .iter()

@@ -20,7 +20,7 @@
 //! groups would leave most tasks idle. DataFusion makes the same trade
 //! when data is already hashed on a subset (`subset_repartition_threshold`).
 //! Here it is bounded: the rule applies only where the plan below reads at
-//! most `MAX_ROWS_READ` rows by its tables' statistics, a fraction of a
+//! most `squadron.subset_key_max_rows` rows by its tables' statistics, a fraction of a
 //! second for one task even when all of it lands in one partition; above
 //! that one more stage costs little next to the query.
 
@@ -39,14 +39,14 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use super::passed_columns::source_column;
 use super::rows_read::rows_read;
 
-/// Most rows the plan below the lower shuffle may read for the rule to
-/// apply (TPC-H q16 at SF1 reads about 1 M).
-const MAX_ROWS_READ: usize = 8_000_000;
-
 /// `plan` with every hash shuffle whose keys a hash shuffle below it holds
 /// folded into that lower shuffle, hashed on the upper keys. Applied as a
 /// plan is cut into stages: in one process both are cheap repartitions.
-pub fn merge_subset_key_shuffles(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+/// Only where the plan below reads at most `max_rows_read` rows.
+pub fn merge_subset_key_shuffles(
+    plan: Arc<dyn ExecutionPlan>,
+    max_rows_read: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         let Some(upper) = node.downcast_ref::<RepartitionExec>() else {
             return Ok(Transformed::no(node));
@@ -60,7 +60,7 @@ pub fn merge_subset_key_shuffles(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn
             .collect();
         let rehashed = match columns {
             Some(columns) if !columns.is_empty() && !upper.preserve_order() => {
-                rehashed_below(upper.input(), &columns, *count)?
+                rehashed_below(upper.input(), &columns, *count, max_rows_read)?
             }
             _ => None,
         };
@@ -79,9 +79,10 @@ fn rehashed_below(
     node: &Arc<dyn ExecutionPlan>,
     columns: &[usize],
     count: usize,
+    max_rows_read: usize,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     if let Some(lower) = node.downcast_ref::<RepartitionExec>() {
-        return rehashed(lower, columns, count);
+        return rehashed(lower, columns, count, max_rows_read);
     }
     if !keeps_rows_in_partition(node) {
         return Ok(None);
@@ -93,7 +94,7 @@ fn rehashed_below(
     else {
         return Ok(None);
     };
-    let Some(input) = rehashed_below(node.children()[0], &mapped, count)? else {
+    let Some(input) = rehashed_below(node.children()[0], &mapped, count, max_rows_read)? else {
         return Ok(None);
     };
     #[allow(deprecated)] // replace_children needs options we have no use for
@@ -121,11 +122,12 @@ fn keeps_rows_in_partition(node: &Arc<dyn ExecutionPlan>) -> bool {
 
 /// The hash shuffle `lower` hashed on `columns` of its input, when its
 /// keys hold them all, it has `count` partitions and the rows below are
-/// few enough (`MAX_ROWS_READ`).
+/// few enough (at most `max_rows_read`).
 fn rehashed(
     lower: &RepartitionExec,
     columns: &[usize],
     count: usize,
+    max_rows_read: usize,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Partitioning::Hash(lower_keys, lower_count) = lower.partitioning() else {
         return Ok(None);
@@ -139,7 +141,7 @@ fn rehashed(
     let applies = *lower_count == count
         && !lower.preserve_order()
         && columns.iter().all(is_lower_key)
-        && rows_read(lower.input()).is_some_and(|rows| rows <= MAX_ROWS_READ);
+        && rows_read(lower.input()).is_some_and(|rows| rows <= max_rows_read);
     if !applies {
         return Ok(None);
     }
@@ -198,6 +200,13 @@ mod tests {
     /// DataFusion's plan of `sql` and the same with the rule applied, whose
     /// answers must agree; the hash shuffles of both.
     async fn shuffles_before_and_after(sql: &str) -> (usize, usize) {
+        shuffles_before_and_after_reading_at_most(sql, usize::MAX).await
+    }
+
+    async fn shuffles_before_and_after_reading_at_most(
+        sql: &str,
+        max_rows_read: usize,
+    ) -> (usize, usize) {
         let ctx = context();
         let plan = physical_plan(&ctx, sql).await;
         let expected = collect(
@@ -206,7 +215,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let merged = merge_subset_key_shuffles(Arc::clone(&plan)).unwrap();
+        let merged = merge_subset_key_shuffles(Arc::clone(&plan), max_rows_read).unwrap();
         let actual = collect(
             reset_plan_states(Arc::clone(&merged)).unwrap(),
             ctx.task_ctx(),
@@ -226,6 +235,32 @@ mod tests {
     async fn a_count_distinct_by_group_shuffles_once() {
         let sql = "SELECT k % 3 AS g, count(DISTINCT v), sum(DISTINCT v) FROM t GROUP BY k % 3";
         assert_eq!(shuffles_before_and_after(sql).await, (2, 1));
+    }
+
+    #[tokio::test]
+    async fn a_plan_reading_more_than_the_limit_keeps_both_shuffles() {
+        let sql = "SELECT k % 3 AS g, count(DISTINCT v) FROM t GROUP BY k % 3";
+        let rows = context()
+            .sql("SELECT count(*) FROM t")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let rows = rows[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0) as usize;
+        assert_eq!(
+            shuffles_before_and_after_reading_at_most(sql, rows).await,
+            (2, 1)
+        );
+        assert_eq!(
+            shuffles_before_and_after_reading_at_most(sql, rows - 1).await,
+            (2, 2)
+        );
     }
 
     #[tokio::test]

@@ -339,6 +339,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let defaults = SquadronOptions {
         coordinator_scan_limit: options.coordinator_scan_limit,
         reuse_plans: options.reuse_plans,
+        ..SquadronOptions::default()
     };
     let mut config = with_squadron_options(coordinator_session_config(partitions), defaults);
     for (key, value) in &options.settings {

@@ -21,7 +21,7 @@ async fn tpch_job_graphs() {
             .create_physical_plan()
             .await
             .unwrap();
-        let graph = build_job_graph(plan).unwrap();
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
         insta::assert_snapshot!(format!("q{n}"), graph.display_compact());
     }
 }
