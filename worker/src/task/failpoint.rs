@@ -2,7 +2,10 @@
 //!
 //! Read only by the `squadron-worker` binary from `SQUADRON_TEST_FAILPOINT`
 //! (never by a coordinator's embedded workers: it clears the variable for
-//! them). Not for production use.
+//! them). Not for production use: it can be armed only in builds with
+//! debug assertions (every test build) or the `failpoints` feature (an
+//! optimized build for fault tests); a release build refuses to start with
+//! the variable set rather than run with a fault it will not inject.
 //!
 //! - `crash-on-task=N`: the worker process aborts when its N-th task
 //!   arrives, as a machine that dies mid-query would.
@@ -11,6 +14,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const ENV: &str = "SQUADRON_TEST_FAILPOINT";
+
+/// Whether this build may arm a failpoint.
+const ARMABLE: bool = cfg!(any(debug_assertions, feature = "failpoints"));
 
 #[derive(Debug)]
 pub struct Failpoint {
@@ -29,7 +35,11 @@ impl Failpoint {
     /// Parses the environment variable; `None` when unset.
     pub fn from_env() -> anyhow::Result<Option<Self>> {
         match std::env::var(ENV) {
-            Ok(spec) => Self::parse(&spec).map(Some),
+            Ok(spec) if ARMABLE => Self::parse(&spec).map(Some),
+            Ok(_) => anyhow::bail!(
+                "{ENV} is set, but this build has no failpoints (build with debug \
+                 assertions or --features squadron-worker/failpoints)"
+            ),
             Err(_) => Ok(None),
         }
     }
