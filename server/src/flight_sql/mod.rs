@@ -1,10 +1,12 @@
 //! The client-facing Arrow Flight SQL service.
 
 pub mod action_types;
+mod client_state;
 pub mod command_check;
 pub mod front;
 pub mod handles;
 pub mod metadata;
+mod planning;
 pub mod poll;
 pub mod poll_store;
 pub mod prepared;
@@ -14,7 +16,10 @@ pub mod service;
 pub mod session_options;
 pub mod sessions;
 pub mod sql_info;
+mod statement_runs;
 pub mod statements;
+mod update_runs;
+mod wire;
 
 pub use front::SquadronFlight;
 pub use service::SquadronFlightSql;

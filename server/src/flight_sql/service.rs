@@ -1,9 +1,10 @@
-//! The Flight SQL front end: what outside clients (ADBC, JDBC, pyarrow)
-//! talk to.
+//! The Flight SQL protocol handlers: what outside clients (ADBC, JDBC,
+//! pyarrow) call. Each decodes its request and hands it on: `planning`,
+//! `statement_runs`, `update_runs`, `metadata`, `session_options`,
+//! `prepared`; `wire` has the shapes the answers share.
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
@@ -13,87 +14,49 @@ use arrow_flight::sql::server::FlightSqlService;
 use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::sql::{
     ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
-    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
-    CommandGetCatalogs, CommandGetCrossReference, CommandGetDbSchemas, CommandGetExportedKeys,
-    CommandGetImportedKeys, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
-    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
-    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery,
-    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, CommandGetCatalogs,
+    CommandGetCrossReference, CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys,
+    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
-use arrow_flight::{
-    Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, IpcMessage,
-    SchemaAsIpc,
-};
+use arrow_flight::{Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult};
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
 };
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use squadron_net::stream::encoder::flight_data;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::Instrument;
 
 use super::action_types::extra_action_types;
+pub use super::client_state::ClientState;
 use super::metadata;
-use super::poll_store::{new_poll_store, PollStore};
-use super::prepared::{Prepared, PreparedStore};
-use super::quotas::{QuotaSlot, UserQuotas};
+use super::prepared::Prepared;
 use super::session_options::{
     self, SetSessionOptionsRequest, CLOSE_SESSION, GET_SESSION_OPTIONS, SET_SESSION_OPTIONS,
 };
-use super::sessions::{Caller, Sessions, DEFAULT_CAPACITY, DEFAULT_IDLE_TTL, SESSION_COOKIE};
-use super::statements::{Pending, StartedQuery, StatementStore};
+use super::sessions::{Caller, SESSION_COOKIE};
+use super::statements::Pending;
+use super::wire::{
+    batch_stream, command_info, read_batches, schema_bytes, FlightDataStream, CANCEL_FLIGHT_INFO,
+};
 use crate::engine::Engine;
 use crate::security::auth::Authenticator;
-use crate::security::tickets::HandleSigner;
 use crate::updates::ingest::ingest;
-use crate::updates::{run_update, run_update_now};
-use datafusion::logical_expr::LogicalPlan;
-use squadron_coordinator::coordinator::is_update;
-use squadron_coordinator::coordinator::{Coordinator, PlannedQuery, Reuse, Work};
-use squadron_coordinator::output::encode_batches;
-use squadron_coordinator::session::{changes_session, Session};
+use squadron_coordinator::coordinator::Coordinator;
 use squadron_net::tls::conn::remote_addr;
-use squadron_planner::templates::StatementKey;
 
 pub struct SquadronFlightSql {
     /// The coordinator, with the catalog statements commit to.
-    coordinator: Arc<Engine>,
-    state: Arc<ClientState>,
-    sql_info: SqlInfoData,
+    pub(super) coordinator: Arc<Engine>,
+    pub(super) state: Arc<ClientState>,
+    pub(super) sql_info: SqlInfoData,
     /// Logins and tokens; `None` in insecure mode.
-    auth: Option<Arc<Authenticator>>,
+    pub(super) auth: Option<Arc<Authenticator>>,
 }
-
-/// What the server keeps for its clients, by handle.
-pub struct ClientState {
-    pub statements: StatementStore,
-    pub prepared: PreparedStore,
-    pub sessions: Sessions,
-    pub polls: PollStore,
-    /// Queries each user has in flight.
-    pub quotas: UserQuotas,
-    /// Signs the handles clients hold and binds them to their user.
-    pub signer: Arc<HandleSigner>,
-}
-
-impl ClientState {
-    /// Drops every entry idle for its TTL.
-    fn expire(&self) {
-        self.statements.expire();
-        self.prepared.expire();
-        self.sessions.expire();
-        self.polls.expire();
-    }
-}
-
-/// How often idle handles and sessions are looked for: they are dropped
-/// even when no new one is made.
-const REAP_EVERY: Duration = Duration::from_secs(15);
 
 impl SquadronFlightSql {
     /// Serves `coordinator` to clients checked by `auth`, each user
@@ -103,34 +66,10 @@ impl SquadronFlightSql {
         auth: Option<Arc<Authenticator>>,
         max_queries_per_user: usize,
     ) -> Self {
-        let shared = Arc::clone(coordinator.shared_session());
-        let signer = Arc::new(HandleSigner::random());
-        let state = Arc::new(ClientState {
-            statements: StatementStore::default(),
-            prepared: PreparedStore::default(),
-            sessions: Sessions::new(
-                shared,
-                Arc::clone(&signer),
-                DEFAULT_IDLE_TTL,
-                DEFAULT_CAPACITY,
-            ),
-            polls: new_poll_store(),
-            quotas: UserQuotas::new(max_queries_per_user),
-            signer,
-        });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let state = Arc::downgrade(&state);
-            runtime.spawn(async move {
-                let mut tick = tokio::time::interval(REAP_EVERY);
-                loop {
-                    tick.tick().await;
-                    match state.upgrade() {
-                        Some(state) => state.expire(),
-                        None => return,
-                    }
-                }
-            });
-        }
+        let state = ClientState::new(
+            Arc::clone(coordinator.shared_session()),
+            max_queries_per_user,
+        );
         let sql_info = super::sql_info::sql_info(coordinator.session());
         Self {
             coordinator,
@@ -148,329 +87,7 @@ impl SquadronFlightSql {
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         self.coordinator.coordinator()
     }
-
-    /// Plans `logical` for `caller`. `SET` and `RESET` change the caller's
-    /// own session (opened now) and answer no rows.
-    pub(super) async fn plan_for(
-        &self,
-        caller: &Caller,
-        logical: LogicalPlan,
-    ) -> Result<PlannedQuery, Status> {
-        if changes_session(&logical) {
-            let (session, _) = self.state.sessions.open(caller)?;
-            session.apply_statement(&logical).await?;
-            return Ok(PlannedQuery {
-                schema: Arc::new(Schema::empty()),
-                work: Work::Immediate(vec![]),
-                settings: vec![],
-            });
-        }
-        let session = self.state.sessions.current(caller);
-        self.coordinator.plan_logical(&session, logical).await
-    }
-
-    /// Plans one SQL statement for `caller`; one that differs from an
-    /// earlier one only in its constants re-uses its plan (see
-    /// `planner::templates`).
-    pub async fn plan_sql(&self, caller: &Caller, sql: &str) -> Result<PlannedQuery, Status> {
-        let session = self.state.sessions.current(caller);
-        let key = self.coordinator.statement_key(&session, sql);
-        let keep = match self.planned_from_template(&session, key.as_ref()).await? {
-            Ok(planned) => return Ok(planned),
-            Err(keep) => keep,
-        };
-        let logical = self.coordinator.logical_plan(&session, sql).await?;
-        if let (true, Some(key)) = (keep, key) {
-            self.coordinator
-                .keep_template(&session, key, &logical)
-                .await;
-        }
-        self.plan_for(caller, logical).await
-    }
-
-    /// The statement of `key` planned from its session's template, or
-    /// else whether its planning should leave a template.
-    async fn planned_from_template(
-        &self,
-        session: &Arc<Session>,
-        key: Option<&StatementKey>,
-    ) -> Result<Result<PlannedQuery, bool>, Status> {
-        let Some(key) = key else {
-            return Ok(Err(false));
-        };
-        Ok(
-            match self.coordinator.plan_from_template(session, key).await? {
-                Reuse::Planned(planned) => Ok(*planned),
-                Reuse::Unknown | Reuse::Stale => Err(true),
-                Reuse::DoesNotQualify | Reuse::Inexact => Err(false),
-            },
-        )
-    }
-
-    /// Keeps a planned statement for its DoGet (started already when
-    /// `start_early` finds room) and describes it: one endpoint without a
-    /// location, so clients read through the connection they already have.
-    async fn statement_info(
-        &self,
-        caller: &Caller,
-        planned: PlannedQuery,
-        descriptor: FlightDescriptor,
-    ) -> Result<Response<FlightInfo>, Status> {
-        let schema = planned.schema.clone();
-        let user = caller.quota_key();
-        // Before starting anything: a query started for a statement the
-        // store then refuses would be dispatched only to be stopped.
-        self.state.statements.check_room(&user)?;
-        let id = uuid::Uuid::new_v4().to_string();
-        let pending = self.start_early(caller, &id, planned).await?;
-        self.state
-            .statements
-            .insert_at(id.clone(), pending, &user)?;
-        let handle = self.state.signer.sign(caller.user(), &id);
-        let ticket = TicketStatementQuery {
-            statement_handle: handle.into_bytes().into(),
-        };
-        let endpoint =
-            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(schema.as_ref())
-            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(descriptor)
-            .with_total_records(-1)
-            .with_ordered(true);
-        Ok(Response::new(info))
-    }
-
-    /// Starts a query that reads tables now, before its client's DoGet: that
-    /// comes a round trip after the FlightInfo (0.4 ms with raw pyarrow,
-    /// more through the drivers), by when the tasks are running. Only
-    /// with room to spare (at most half the running slots taken, and a
-    /// slot of the caller's quota free): a started statement nobody fetches
-    /// holds its slots until it expires, and must not keep fetched ones
-    /// waiting. Otherwise the statement waits for its DoGet to start.
-    async fn start_early(
-        &self,
-        caller: &Caller,
-        id: &str,
-        planned: PlannedQuery,
-    ) -> Result<Pending, Status> {
-        if !planned.worth_starting_early() || !self.coordinator.has_room_to_start_early() {
-            return Ok(Pending::Planned(planned));
-        }
-        let Ok(slot) = self.state.quotas.admit(caller) else {
-            return Ok(Pending::Planned(planned));
-        };
-        let job_id = self.state.signer.job_id(id);
-        let stream = self.run_query(caller, slot, &job_id, planned).await?;
-        Ok(Pending::Started(StartedQuery::new(stream)))
-    }
-
-    /// Cancels the statements `info`'s tickets name: one not fetched yet
-    /// is dropped, a running one stopped on every worker.
-    fn cancel(&self, caller: &Caller, info: &FlightInfo) -> CancelStatus {
-        let mut status = CancelStatus::NotCancellable;
-        for ticket in info.endpoint.iter().filter_map(|e| e.ticket.as_ref()) {
-            let handle = Any::decode(ticket.ticket.clone())
-                .ok()
-                .and_then(|any| any.unpack::<TicketStatementQuery>().ok().flatten())
-                .map(|t| self.id_of(caller, &t.statement_handle));
-            if let Some(id) = handle {
-                // A polled query not read yet stops with its stream.
-                let polled = self.state.polls.remove(&id);
-                let discarded = self.state.statements.discard(&id);
-                let running = self.coordinator.cancel(&self.state.signer.job_id(&id));
-                if discarded || running || polled {
-                    status = CancelStatus::Cancelled;
-                }
-            }
-        }
-        status
-    }
-
-    /// The id inside a handle `caller` holds. A handle issued to someone
-    /// else, altered or made up gives an id no entry has, so the lookup
-    /// answers NOT_FOUND like for an expired handle.
-    pub(super) fn id_of(&self, caller: &Caller, handle: &[u8]) -> String {
-        std::str::from_utf8(handle)
-            .ok()
-            .and_then(|handle| self.state.signer.open(caller.user(), handle))
-            .unwrap_or_default()
-            .to_string()
-    }
-
-    /// Runs `planned` as job `job_id` for `caller`; it counts against the
-    /// caller's quota (`slot`, taken before anything a retry needs is
-    /// consumed) and in `system.queries` until its stream ends or is
-    /// dropped. Its log lines carry its query id.
-    pub(super) async fn run_query(
-        &self,
-        caller: &Caller,
-        slot: QuotaSlot,
-        job_id: &str,
-        planned: PlannedQuery,
-    ) -> Result<FlightDataStream, Status> {
-        let query = self
-            .coordinator
-            .queries()
-            .start(caller.user(), job_id, planned.stage_count());
-        let span = tracing::info_span!("query", query_id = query.id());
-        let execute = self.coordinator.execute(job_id, planned).instrument(span);
-        let started = squadron_coordinator::queries::within(query.id(), execute).await;
-        match started {
-            Ok(stream) => Ok(Box::pin(query.track(stream).inspect(move |_| {
-                let _counted_until_dropped = &slot;
-            }))),
-            Err(status) => {
-                query.finish(&Err::<(), _>(status.clone()));
-                Err(status)
-            }
-        }
-    }
-
-    /// The prepared statement a handle `caller` holds names, its tables
-    /// bound as they are now (`rebind`).
-    pub(super) async fn prepared_of(
-        &self,
-        caller: &Caller,
-        handle: &[u8],
-    ) -> Result<Prepared, Status> {
-        let prepared = self.state.prepared.get(&self.id_of(caller, handle))?;
-        self.with_current_tables(caller, prepared).await
-    }
-
-    async fn with_current_tables(
-        &self,
-        caller: &Caller,
-        mut prepared: Prepared,
-    ) -> Result<Prepared, Status> {
-        let session = self.state.sessions.current(caller);
-        prepared.plan = super::rebind::with_current_tables(&session, prepared.plan).await?;
-        Ok(prepared)
-    }
-
-    /// Runs DDL/DML or SET statements (one per bound parameter row) for
-    /// `caller`; returns the rows they wrote.
-    async fn run_updates(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
-        let _slot = self.state.quotas.admit(caller)?;
-        self.as_query(caller, self.run_plans(caller, plans)).await
-    }
-
-    /// A DDL or DML statement runs when it is described (GetFlightInfo),
-    /// as single-node DataFusion runs it when planned: clients that never
-    /// fetch its empty or `count` answer (ADBC's `cursor.execute`) still
-    /// change the table, and errors come back at once. Its DoGet then
-    /// sends the answer.
-    async fn updated_now(
-        &self,
-        caller: &Caller,
-        planned: PlannedQuery,
-    ) -> Result<PlannedQuery, Status> {
-        let Work::Update(plan, session) = planned.work else {
-            return Ok(planned);
-        };
-        let _slot = self.state.quotas.admit(caller)?;
-        let schema = planned.schema;
-        let answer = self
-            .as_query(
-                caller,
-                run_update_now(&self.coordinator, &schema, plan, &session),
-            )
-            .await?;
-        Ok(PlannedQuery {
-            schema,
-            work: Work::Immediate(answer),
-            settings: planned.settings,
-        })
-    }
-
-    /// Runs `work` (DDL, DML, an ingest) as a query of `caller`: listed in
-    /// `system.queries`, its log lines carrying the query id.
-    async fn as_query<T>(
-        &self,
-        caller: &Caller,
-        work: impl std::future::Future<Output = Result<T, Status>>,
-    ) -> Result<T, Status> {
-        let query = self.coordinator.queries().start(caller.user(), "-", 0);
-        let span = tracing::info_span!("query", query_id = query.id());
-        let result = squadron_coordinator::queries::within(query.id(), work.instrument(span)).await;
-        query.finish(&result);
-        result
-    }
-
-    async fn run_plans(&self, caller: &Caller, plans: Vec<LogicalPlan>) -> Result<i64, Status> {
-        let mut total = 0;
-        for plan in plans {
-            if changes_session(&plan) {
-                let (session, _) = self.state.sessions.open(caller)?;
-                session.apply_statement(&plan).await?;
-                continue;
-            }
-            if !is_update(&plan) {
-                return Err(Status::invalid_argument(
-                    "not a DDL or DML statement: run queries with GetFlightInfo and DoGet",
-                ));
-            }
-            let session = self.state.sessions.current(caller);
-            total += run_update(&self.coordinator, &session, plan).await?;
-        }
-        Ok(total as i64)
-    }
-
-    /// Describes a metadata answer computed on the coordinator: its ticket
-    /// is the command itself, answered again by DoGet.
-    fn command_info(
-        &self,
-        command: impl ProstMessageExt,
-        schema: &Schema,
-        descriptor: FlightDescriptor,
-    ) -> Result<Response<FlightInfo>, Status> {
-        let endpoint =
-            FlightEndpoint::new().with_ticket(Ticket::new(command.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(schema)
-            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(descriptor)
-            .with_total_records(-1);
-        Ok(Response::new(info))
-    }
 }
-
-/// The Flight RPC action that cancels a FlightInfo's query.
-const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
-
-/// The parameter batches of a DoPut.
-async fn read_batches(stream: PeekableFlightDataStream) -> Result<Vec<RecordBatch>, Status> {
-    FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
-        .try_collect()
-        .await
-        .map_err(|e| Status::invalid_argument(format!("reading the parameter batches: {e}")))
-}
-
-/// A metadata answer as a DoGet stream.
-fn batch_stream(batch: RecordBatch) -> Response<FlightDataStream> {
-    let schema = batch.schema();
-    Response::new(encode_batches(
-        schema,
-        futures::stream::once(async { Ok(batch) }),
-    ))
-}
-
-/// A schema as the IPC bytes Flight SQL carries in prepared statement
-/// results; none at all for an empty schema (a statement without rows or
-/// without parameters), which every client reads as "no columns".
-fn schema_bytes(schema: &SchemaRef) -> Result<prost::bytes::Bytes, Status> {
-    if schema.fields().is_empty() {
-        return Ok(Default::default());
-    }
-    let message: IpcMessage = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
-        .try_into()
-        .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?;
-    Ok(message.0)
-}
-
-type FlightDataStream = <SquadronFlightSql as FlightService>::DoGetStream;
 
 #[tonic::async_trait]
 impl FlightSqlService for SquadronFlightSql {
@@ -738,7 +355,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.into_builder().schema();
-        self.command_info(query, &schema, request.into_inner())
+        command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_catalogs(
@@ -756,7 +373,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder().schema();
-        self.command_info(query, &schema, request.into_inner())
+        command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_schemas(
@@ -774,7 +391,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder().schema();
-        self.command_info(query, &schema, request.into_inner())
+        command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_tables(
@@ -792,7 +409,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.into_builder().schema();
-        self.command_info(query, &schema, request.into_inner())
+        command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_table_types(
@@ -808,7 +425,7 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandGetPrimaryKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.command_info(
+        command_info(
             query,
             &metadata::primary_keys_schema(),
             request.into_inner(),
@@ -830,7 +447,7 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandGetExportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.command_info(
+        command_info(
             query,
             &metadata::foreign_keys_schema(),
             request.into_inner(),
@@ -852,7 +469,7 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandGetImportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.command_info(
+        command_info(
             query,
             &metadata::foreign_keys_schema(),
             request.into_inner(),
@@ -874,7 +491,7 @@ impl FlightSqlService for SquadronFlightSql {
         query: CommandGetCrossReference,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.command_info(
+        command_info(
             query,
             &metadata::foreign_keys_schema(),
             request.into_inner(),
@@ -897,7 +514,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = metadata::XDBC_TYPES.schema();
-        self.command_info(query, &schema, request.into_inner())
+        command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_xdbc_type_info(

@@ -1,0 +1,75 @@
+//! Planning a client's statement in its session, re-using the plan of an
+//! earlier one of the same shape where it can.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::Schema;
+use tonic::Status;
+
+use super::sessions::Caller;
+use datafusion::logical_expr::LogicalPlan;
+use squadron_coordinator::coordinator::{PlannedQuery, Reuse, Work};
+use squadron_coordinator::session::{changes_session, Session};
+use squadron_planner::templates::StatementKey;
+
+use super::service::SquadronFlightSql;
+
+impl SquadronFlightSql {
+    /// Plans `logical` for `caller`. `SET` and `RESET` change the caller's
+    /// own session (opened now) and answer no rows.
+    pub(super) async fn plan_for(
+        &self,
+        caller: &Caller,
+        logical: LogicalPlan,
+    ) -> Result<PlannedQuery, Status> {
+        if changes_session(&logical) {
+            let (session, _) = self.state.sessions.open(caller)?;
+            session.apply_statement(&logical).await?;
+            return Ok(PlannedQuery {
+                schema: Arc::new(Schema::empty()),
+                work: Work::Immediate(vec![]),
+                settings: vec![],
+            });
+        }
+        let session = self.state.sessions.current(caller);
+        self.coordinator.plan_logical(&session, logical).await
+    }
+
+    /// Plans one SQL statement for `caller`; one that differs from an
+    /// earlier one only in its constants re-uses its plan (see
+    /// `planner::templates`).
+    pub async fn plan_sql(&self, caller: &Caller, sql: &str) -> Result<PlannedQuery, Status> {
+        let session = self.state.sessions.current(caller);
+        let key = self.coordinator.statement_key(&session, sql);
+        let keep = match self.planned_from_template(&session, key.as_ref()).await? {
+            Ok(planned) => return Ok(planned),
+            Err(keep) => keep,
+        };
+        let logical = self.coordinator.logical_plan(&session, sql).await?;
+        if let (true, Some(key)) = (keep, key) {
+            self.coordinator
+                .keep_template(&session, key, &logical)
+                .await;
+        }
+        self.plan_for(caller, logical).await
+    }
+
+    /// The statement of `key` planned from its session's template, or
+    /// else whether its planning should leave a template.
+    pub(super) async fn planned_from_template(
+        &self,
+        session: &Arc<Session>,
+        key: Option<&StatementKey>,
+    ) -> Result<Result<PlannedQuery, bool>, Status> {
+        let Some(key) = key else {
+            return Ok(Err(false));
+        };
+        Ok(
+            match self.coordinator.plan_from_template(session, key).await? {
+                Reuse::Planned(planned) => Ok(*planned),
+                Reuse::Unknown | Reuse::Stale => Err(true),
+                Reuse::DoesNotQualify | Reuse::Inexact => Err(false),
+            },
+        )
+    }
+}
