@@ -1,51 +1,215 @@
-//! DataFusion errors as gRPC status codes, the same on workers and the
-//! coordinator so a task's failure reaches the client with the right code.
+//! Squadron's error: what went wrong, with its kind as data, carried
+//! through planning, updates and the warehouse; turned into a gRPC status
+//! only where a call leaves through gRPC (`From<Error> for Status`). And
+//! DataFusion errors classified into kinds, the same on workers and the
+//! coordinator, so a task's failure reaches the client with the right code.
 
 use datafusion::arrow::error::ArrowError;
 use datafusion::common::DataFusionError;
 use tonic::{Code, Status};
 
+/// What kind of failure an `Error` is: what a client can do about it.
+/// One per gRPC code Squadron answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Bad SQL, a bad reference, an error in the data, a malformed request.
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    Unauthenticated,
+    /// Over a limit: memory, concurrent queries, handles.
+    ResourceExhausted,
+    /// The request does not fit the state things are in (a mixed-version
+    /// cluster, a table of another kind).
+    FailedPrecondition,
+    /// Lost a race with a concurrent change: retrying may succeed.
+    Aborted,
+    /// Something needed could not be reached (a worker, a store).
+    Unavailable,
+    DeadlineExceeded,
+    Cancelled,
+    Unimplemented,
+    /// Stored state that cannot be read back.
+    DataLoss,
+    /// A bug or an unexpected failure.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The gRPC code a client sees for this kind.
+    pub fn code(self) -> Code {
+        match self {
+            ErrorKind::InvalidArgument => Code::InvalidArgument,
+            ErrorKind::NotFound => Code::NotFound,
+            ErrorKind::AlreadyExists => Code::AlreadyExists,
+            ErrorKind::PermissionDenied => Code::PermissionDenied,
+            ErrorKind::Unauthenticated => Code::Unauthenticated,
+            ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+            ErrorKind::FailedPrecondition => Code::FailedPrecondition,
+            ErrorKind::Aborted => Code::Aborted,
+            ErrorKind::Unavailable => Code::Unavailable,
+            ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
+            ErrorKind::Cancelled => Code::Cancelled,
+            ErrorKind::Unimplemented => Code::Unimplemented,
+            ErrorKind::DataLoss => Code::DataLoss,
+            ErrorKind::Internal => Code::Internal,
+        }
+    }
+
+    /// The kind of a status received from a peer (`Unknown` and codes
+    /// Squadron never answers with are internal).
+    pub fn of_code(code: Code) -> Self {
+        match code {
+            Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidArgument,
+            Code::NotFound => ErrorKind::NotFound,
+            Code::AlreadyExists => ErrorKind::AlreadyExists,
+            Code::PermissionDenied => ErrorKind::PermissionDenied,
+            Code::Unauthenticated => ErrorKind::Unauthenticated,
+            Code::ResourceExhausted => ErrorKind::ResourceExhausted,
+            Code::FailedPrecondition => ErrorKind::FailedPrecondition,
+            Code::Aborted => ErrorKind::Aborted,
+            Code::Unavailable => ErrorKind::Unavailable,
+            Code::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+            Code::Cancelled => ErrorKind::Cancelled,
+            Code::Unimplemented => ErrorKind::Unimplemented,
+            Code::DataLoss => ErrorKind::DataLoss,
+            Code::Ok | Code::Unknown | Code::Internal => ErrorKind::Internal,
+        }
+    }
+}
+
+/// A failure in planning, running or committing a statement: its kind and
+/// what to tell the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+macro_rules! constructors {
+    ($($name:ident => $kind:ident),* $(,)?) => {
+        impl Error {
+            $(
+                #[doc = concat!("An error of kind `", stringify!($kind), "`.")]
+                pub fn $name(message: impl Into<String>) -> Self {
+                    Self::new(ErrorKind::$kind, message)
+                }
+            )*
+        }
+    };
+}
+
+constructors! {
+    invalid_argument => InvalidArgument,
+    not_found => NotFound,
+    already_exists => AlreadyExists,
+    permission_denied => PermissionDenied,
+    unauthenticated => Unauthenticated,
+    resource_exhausted => ResourceExhausted,
+    failed_precondition => FailedPrecondition,
+    aborted => Aborted,
+    unavailable => Unavailable,
+    deadline_exceeded => DeadlineExceeded,
+    cancelled => Cancelled,
+    unimplemented => Unimplemented,
+    data_loss => DataLoss,
+    internal => Internal,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same kind, its message prefixed with where it happened.
+    pub fn context(self, what: impl std::fmt::Display) -> Self {
+        Self::new(self.kind, format!("{what}: {}", self.message))
+    }
+}
+
+/// Where a call leaves through gRPC.
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        Status::new(e.kind.code(), e.message)
+    }
+}
+
+/// A status from a gRPC call (a worker, a store's client) keeps its kind.
+impl From<Status> for Error {
+    fn from(status: Status) -> Self {
+        Self::new(ErrorKind::of_code(status.code()), status.message())
+    }
+}
+
+impl From<DataFusionError> for Error {
+    fn from(e: DataFusionError) -> Self {
+        Self::of(&e)
+    }
+}
+
+impl Error {
+    /// The error a client sees for a DataFusion error.
+    pub fn of(e: &DataFusionError) -> Self {
+        Self::new(kind_of(e), e.to_string())
+    }
+}
+
 /// Bad SQL, bad references and errors in the data (division by zero, a
 /// failed cast, overflow) are the client's: InvalidArgument, or NotFound
-/// for a missing table. Unsupported features are Unimplemented; a status
-/// from a peer keeps its code; the rest is Internal.
-pub fn status_code(e: &DataFusionError) -> Code {
+/// for a missing file. Unsupported features are Unimplemented; an error
+/// of Squadron's or a status from a peer keeps its kind; the rest is
+/// Internal.
+pub fn kind_of(e: &DataFusionError) -> ErrorKind {
     if let Some(store) = object_store_error(e) {
-        return store_code(store);
+        return store_kind(store);
     }
     match e.find_root() {
-        DataFusionError::SQL(..) => Code::InvalidArgument,
-        // "No files found at URL": a table location with nothing there.
-        DataFusionError::Plan(msg)
-            if msg.contains("not found") || msg.starts_with("No files found") =>
-        {
-            Code::NotFound
-        }
-        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => Code::InvalidArgument,
-        DataFusionError::NotImplemented(_) => Code::Unimplemented,
+        DataFusionError::SQL(..) => ErrorKind::InvalidArgument,
+        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => ErrorKind::InvalidArgument,
+        DataFusionError::NotImplemented(_) => ErrorKind::Unimplemented,
         // An unknown table format or option: the statement's fault.
-        DataFusionError::Configuration(_) => Code::InvalidArgument,
-        DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
+        DataFusionError::Configuration(_) => ErrorKind::InvalidArgument,
+        DataFusionError::ResourcesExhausted(_) => ErrorKind::ResourceExhausted,
         DataFusionError::ArrowError(arrow, _) => match arrow.as_ref() {
             ArrowError::DivideByZero
             | ArrowError::ArithmeticOverflow(_)
             | ArrowError::CastError(_)
             | ArrowError::ParseError(_)
             | ArrowError::InvalidArgumentError(_)
-            | ArrowError::ComputeError(_) => Code::InvalidArgument,
-            _ => Code::Internal,
+            | ArrowError::ComputeError(_) => ErrorKind::InvalidArgument,
+            _ => ErrorKind::Internal,
         },
         DataFusionError::External(inner) => {
-            if let Some(status) = inner.downcast_ref::<Status>() {
-                status.code()
+            if let Some(error) = inner.downcast_ref::<Error>() {
+                error.kind
+            } else if let Some(status) = inner.downcast_ref::<Status>() {
+                ErrorKind::of_code(status.code())
             } else if let Some(upstream) = inner.downcast_ref::<UpstreamError>() {
-                upstream.0.code()
+                ErrorKind::of_code(upstream.0.code())
             } else {
-                Code::Internal
+                ErrorKind::Internal
             }
         }
-        _ => Code::Internal,
+        _ => ErrorKind::Internal,
     }
+}
+
+/// The gRPC code of a DataFusion error (`kind_of`).
+pub fn status_code(e: &DataFusionError) -> Code {
+    kind_of(e).code()
 }
 
 /// The object store failure behind `e`, however DataFusion, Arrow or
@@ -64,29 +228,35 @@ fn object_store_error(e: &DataFusionError) -> Option<&object_store::Error> {
 /// A missing object or bucket is NOT_FOUND, refused credentials
 /// PERMISSION_DENIED, and a store that could not be reached (connection
 /// refused, timeouts, server errors after the retries) UNAVAILABLE.
-fn store_code(e: &object_store::Error) -> Code {
+pub fn store_kind(e: &object_store::Error) -> ErrorKind {
     use object_store::Error;
     match e {
-        Error::NotFound { .. } => Code::NotFound,
-        Error::PermissionDenied { .. } | Error::Unauthenticated { .. } => Code::PermissionDenied,
-        Error::Generic { .. } => generic_store_code(&e.to_string()),
-        Error::InvalidPath { .. } | Error::UnknownConfigurationKey { .. } => Code::InvalidArgument,
-        Error::NotSupported { .. } | Error::NotImplemented { .. } => Code::Unimplemented,
-        _ => Code::Internal,
+        Error::NotFound { .. } => ErrorKind::NotFound,
+        Error::PermissionDenied { .. } | Error::Unauthenticated { .. } => {
+            ErrorKind::PermissionDenied
+        }
+        Error::Generic { .. } => generic_store_kind(&e.to_string()),
+        Error::InvalidPath { .. } | Error::UnknownConfigurationKey { .. } => {
+            ErrorKind::InvalidArgument
+        }
+        Error::NotSupported { .. } | Error::NotImplemented { .. } => ErrorKind::Unimplemented,
+        _ => ErrorKind::Internal,
     }
 }
 
 /// A store's HTTP failure the client library reports generically (a
 /// listing refused with 403, say): the status it carries decides, as
 /// object_store itself does for reads; without one the store was not
-/// reached.
-fn generic_store_code(message: &str) -> Code {
+/// reached. The one place a kind is read from text: object_store keeps
+/// the HTTP status of such a failure in a crate-private `RetryError`
+/// (0.13) and gives out only its message.
+fn generic_store_kind(message: &str) -> ErrorKind {
     if message.contains("status code: 401") || message.contains("status code: 403") {
-        Code::PermissionDenied
+        ErrorKind::PermissionDenied
     } else if message.contains("status code: 404") {
-        Code::NotFound
+        ErrorKind::NotFound
     } else {
-        Code::Unavailable
+        ErrorKind::Unavailable
     }
 }
 
@@ -172,11 +342,28 @@ mod tests {
         assert_eq!(status_code(&refused), Code::PermissionDenied);
     }
 
+    #[test]
+    fn an_error_leaves_as_the_status_of_its_kind_and_comes_back_the_same() {
+        let error = Error::aborted("a concurrent commit won");
+        let status = Status::from(error.clone());
+        assert_eq!(status.code(), Code::Aborted);
+        assert_eq!(status.message(), "a concurrent commit won");
+        assert_eq!(Error::from(status), error);
+        assert_eq!(
+            Error::from(Status::unknown("?")).kind(),
+            ErrorKind::Internal
+        );
+        let wrapped = DataFusionError::External(Box::new(Error::not_found("t")));
+        assert_eq!(Error::from(wrapped).kind(), ErrorKind::NotFound);
+        let context = Error::unavailable("refused").context("reading s3://b/x");
+        assert_eq!(context.kind(), ErrorKind::Unavailable);
+        assert_eq!(context.message(), "reading s3://b/x: refused");
+    }
+
     #[tokio::test]
-    async fn missing_table_is_not_found() {
+    async fn a_plan_error_is_the_statements_fault() {
         let status = plan_error("SELECT * FROM nowhere").await;
-        assert_eq!(status.code(), Code::NotFound);
-        assert!(status.message().contains("nowhere"), "{}", status.message());
+        assert_eq!(status.code(), Code::InvalidArgument);
     }
 
     #[tokio::test]

@@ -15,8 +15,8 @@ use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
+use squadron_common::error::Error;
 use squadron_exec::configured_functions::refresh_configured_functions;
-use tonic::Status;
 
 use datafusion::common::config::ConfigExtension;
 use squadron_exec::squadron_options::SquadronOptions;
@@ -160,7 +160,21 @@ impl Session {
     /// Changes one setting (`SET key = value`): refused with
     /// PERMISSION_DENIED for the operator's settings, INVALID_ARGUMENT for
     /// unknown keys, bad values, and catalogs or schemas that do not exist.
-    pub fn set(&self, key: &str, value: &str) -> Result<(), Status> {
+    /// Whether `key` names a setting of this session (DataFusion's or a
+    /// registered extension's), whatever its value.
+    pub fn has_setting(&self, key: &str) -> bool {
+        let key = key.trim().to_ascii_lowercase();
+        let state = self.ctx.state_ref();
+        let state = state.read();
+        let known = state
+            .config_options()
+            .entries()
+            .iter()
+            .any(|e| e.key == key);
+        known
+    }
+
+    pub fn set(&self, key: &str, value: &str) -> Result<(), Error> {
         let key = key.trim().to_ascii_lowercase();
         // DataFusion reads 0 as "the default": the server's, here (not
         // this machine's core count).
@@ -180,7 +194,7 @@ impl Session {
         options.set(&key, value).map_err(|e| {
             denied
                 .clone()
-                .unwrap_or_else(|| Status::invalid_argument(e.to_string()))
+                .unwrap_or_else(|| Error::invalid_argument(e.to_string()))
         })?;
         if let Some(denied) = denied {
             if !self.operator_allows(&key, &before, &options) {
@@ -191,7 +205,7 @@ impl Session {
         let schema = options.catalog.default_schema.clone();
         if key == DEFAULT_CATALOG || key == DEFAULT_SCHEMA {
             let Some(found) = state.catalog_list().catalog(&catalog) else {
-                return Err(Status::invalid_argument(format!(
+                return Err(Error::invalid_argument(format!(
                     "there is no catalog {catalog:?}"
                 )));
             };
@@ -201,14 +215,14 @@ impl Session {
             // (`SET …default_catalog = c; SET …default_schema = s`), so the
             // schema is checked when it is the one being set.
             if key == DEFAULT_SCHEMA && found.schema(&schema).is_none() && !information_schema {
-                return Err(Status::invalid_argument(format!(
+                return Err(Error::invalid_argument(format!(
                     "catalog {catalog:?} has no schema {schema:?}"
                 )));
             }
         }
         *state.config_mut().options_mut() = options;
         refresh_configured_functions(&mut state)
-            .map_err(|e| Status::internal(format!("re-creating functions: {e}")))?;
+            .map_err(|e| Error::internal(format!("re-creating functions: {e}")))?;
         let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
         changed.insert(key, value.to_string());
         self.templates().clear();
@@ -237,7 +251,7 @@ impl Session {
 
     /// Puts one setting back to the value the session started with
     /// (`RESET key`).
-    pub fn reset(&self, key: &str) -> Result<(), Status> {
+    pub fn reset(&self, key: &str) -> Result<(), Error> {
         let key = key.trim().to_ascii_lowercase();
         if key != TARGET_PARTITIONS {
             check_client_may_set(&key)?;
@@ -246,11 +260,11 @@ impl Session {
         // checked against the settings it lists.
         let extension = key.starts_with(&format!("{}.", SquadronOptions::PREFIX));
         if extension && !self.initial.entries().iter().any(|e| e.key == key) {
-            return Err(Status::invalid_argument(format!("no setting {key}")));
+            return Err(Error::invalid_argument(format!("no setting {key}")));
         }
         if !extension {
             if let Err(e) = self.initial.clone().reset(&key) {
-                return Err(Status::invalid_argument(e.to_string()));
+                return Err(Error::invalid_argument(e.to_string()));
             }
         }
         let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
@@ -261,19 +275,19 @@ impl Session {
         for (k, v) in changed.iter() {
             options
                 .set(k, v)
-                .map_err(|e| Status::internal(format!("re-applying {k}: {e}")))?;
+                .map_err(|e| Error::internal(format!("re-applying {k}: {e}")))?;
         }
         let state = self.ctx.state_ref();
         let mut state = state.write();
         *state.config_mut().options_mut() = options;
         self.templates().clear();
         refresh_configured_functions(&mut state)
-            .map_err(|e| Status::internal(format!("re-creating functions: {e}")))
+            .map_err(|e| Error::internal(format!("re-creating functions: {e}")))
     }
 
     /// Applies a statement that changes only this session (see
     /// `changes_session`).
-    pub async fn apply_statement(&self, plan: &LogicalPlan) -> Result<(), Status> {
+    pub async fn apply_statement(&self, plan: &LogicalPlan) -> Result<(), Error> {
         // Whatever it changes, plans made before it may no longer be the
         // ones the session would make.
         self.templates().clear();
@@ -290,10 +304,10 @@ impl Session {
                 self.ctx
                     .execute_logical_plan(plan.clone())
                     .await
-                    .map_err(|e| squadron_common::error::to_status(&e))?;
+                    .map_err(|e| squadron_common::error::Error::of(&e))?;
                 Ok(())
             }
-            other => Err(Status::internal(format!(
+            other => Err(Error::internal(format!(
                 "not a session statement: {}",
                 other.display()
             ))),
@@ -302,7 +316,7 @@ impl Session {
 
     /// Makes `catalog` the one unqualified names resolve in; its schema
     /// becomes the catalog's only schema, or else stays as it was.
-    pub fn set_catalog(&self, catalog: &str) -> Result<(), Status> {
+    pub fn set_catalog(&self, catalog: &str) -> Result<(), Error> {
         let schema = self.schema();
         let schemas = self
             .ctx
@@ -331,7 +345,7 @@ pub fn changes_session(plan: &LogicalPlan) -> bool {
 /// client learns its value is wrong rather than only that it may not set it.
 /// Parsed on a scratch context; never `temp_directory`, whose value is any
 /// path and which would create directories there.
-async fn check_runtime_value(plan: &LogicalPlan, key: &str) -> Result<(), Status> {
+async fn check_runtime_value(plan: &LogicalPlan, key: &str) -> Result<(), Error> {
     let key = key.trim().to_ascii_lowercase();
     if !key.starts_with("datafusion.runtime.") || key == "datafusion.runtime.temp_directory" {
         return Ok(());
@@ -340,16 +354,16 @@ async fn check_runtime_value(plan: &LogicalPlan, key: &str) -> Result<(), Status
         .execute_logical_plan(plan.clone())
         .await
         .map(|_| ())
-        .map_err(|e| Status::invalid_argument(e.to_string()))
+        .map_err(|e| Error::invalid_argument(e.to_string()))
 }
 
-fn check_client_may_set(key: &str) -> Result<(), Status> {
+fn check_client_may_set(key: &str) -> Result<(), Error> {
     let allowed =
         CLIENT_SETTINGS.iter().any(|p| key.starts_with(p)) && !OPERATOR_SETTINGS.contains(&key);
     if allowed {
         Ok(())
     } else {
-        Err(Status::permission_denied(format!(
+        Err(Error::permission_denied(format!(
             "{key} is a server setting a client cannot change; clients may change \
              squadron.*, datafusion.execution.*, datafusion.optimizer.*, datafusion.sql_parser.*, \
              datafusion.explain.*, datafusion.format.* (target_partitions up to \
@@ -362,7 +376,7 @@ fn check_client_may_set(key: &str) -> Result<(), Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tonic::Code;
+    use squadron_common::error::ErrorKind;
 
     async fn base() -> SessionContext {
         let ctx = SessionContext::new_with_config(
@@ -429,32 +443,35 @@ mod tests {
     #[tokio::test]
     async fn bad_settings_are_refused_and_change_nothing() {
         let session = Session::derived_from(&base().await);
-        let code = |r: Result<(), Status>| r.unwrap_err().code();
+        let code = |r: Result<(), Error>| r.unwrap_err().kind();
         assert_eq!(
             code(session.set("datafusion.runtime.memory_limit", "1G")),
-            Code::PermissionDenied
+            ErrorKind::PermissionDenied
         );
         assert_eq!(
             code(session.set("datafusion.execution.target_partitions", "999")),
-            Code::PermissionDenied
+            ErrorKind::PermissionDenied
         );
         assert_eq!(
             code(session.set("datafusion.catalog.location", "/etc")),
-            Code::PermissionDenied
+            ErrorKind::PermissionDenied
         );
         assert_eq!(
             code(session.set("datafusion.execution.no_such", "1")),
-            Code::InvalidArgument
+            ErrorKind::InvalidArgument
         );
         assert_eq!(
             code(session.set("datafusion.execution.batch_size", "many")),
-            Code::InvalidArgument
+            ErrorKind::InvalidArgument
         );
         assert_eq!(
             code(session.set(DEFAULT_SCHEMA, "missing")),
-            Code::InvalidArgument
+            ErrorKind::InvalidArgument
         );
-        assert_eq!(code(session.set_catalog("missing")), Code::InvalidArgument);
+        assert_eq!(
+            code(session.set_catalog("missing")),
+            ErrorKind::InvalidArgument
+        );
         assert_eq!(session.schema(), "public");
         assert!(session.changed_settings().is_empty());
     }
@@ -477,7 +494,7 @@ mod tests {
         let bad = apply("SET datafusion.runtime.list_files_cache_ttl = ''")
             .await
             .unwrap_err();
-        assert_eq!(bad.code(), Code::InvalidArgument);
+        assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
         assert!(
             bad.message().contains("Duration should not be empty"),
             "{bad}"
@@ -485,7 +502,7 @@ mod tests {
         let good = apply("SET datafusion.runtime.memory_limit = '1G'")
             .await
             .unwrap_err();
-        assert_eq!(good.code(), Code::PermissionDenied);
+        assert_eq!(good.kind(), ErrorKind::PermissionDenied);
         assert!(session.changed_settings().is_empty());
     }
 
@@ -496,14 +513,14 @@ mod tests {
         let catalog_setup = "datafusion.catalog.has_header";
         session.set(catalog_setup, "true").unwrap();
         assert_eq!(
-            session.set(catalog_setup, "false").unwrap_err().code(),
-            Code::PermissionDenied
+            session.set(catalog_setup, "false").unwrap_err().kind(),
+            ErrorKind::PermissionDenied
         );
         let key = "datafusion.execution.target_partitions";
         let too_many = (MAX_PARTITIONS_FACTOR * partitions + 1).to_string();
         assert_eq!(
-            session.set(key, &too_many).unwrap_err().code(),
-            Code::PermissionDenied
+            session.set(key, &too_many).unwrap_err().kind(),
+            ErrorKind::PermissionDenied
         );
         session.set(key, &(partitions + 1).to_string()).unwrap();
         assert_eq!(

@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::logical_expr::LogicalPlan;
-use squadron_common::error::to_status;
-use tonic::Status;
+use squadron_common::error::Error;
 
 use crate::session::Session;
 use squadron_planner::build_job_graph_verbose;
@@ -21,20 +20,20 @@ impl Coordinator {
         logical: &LogicalPlan,
         explain: &datafusion::logical_expr::Explain,
         settings: Vec<(String, String)>,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         let state = session.ctx().state();
         let batches = session
             .ctx()
             .execute_logical_plan(logical.clone())
             .await
-            .map_err(|e| to_status(&e))?
+            .map_err(Error::from)?
             .collect()
             .await
-            .map_err(|e| to_status(&e))?;
+            .map_err(Error::from)?;
         let inner = state
             .create_physical_plan(&explain.plan)
             .await
-            .map_err(|e| to_status(&e))?;
+            .map_err(Error::from)?;
         // VERBOSE adds the plan after each distributed pass
         // (`squadron_planner::pipeline`), as DataFusion's rows show
         // it after each of its rules.
@@ -48,7 +47,7 @@ impl Coordinator {
             )),
             None => {
                 let (graph, steps) = build_job_graph_verbose(inner, &session.squadron_options())
-                    .map_err(|e| to_status(&e))?;
+                    .map_err(Error::from)?;
                 if explain.verbose {
                     rows.extend(steps);
                 }
@@ -64,7 +63,7 @@ impl Coordinator {
                 Arc::new(StringArray::from(plans)),
             ],
         )
-        .map_err(|e| Status::internal(e.to_string()))?;
+        .map_err(|e| Error::internal(e.to_string()))?;
         let mut all = batches;
         all.push(stages);
         Ok(PlannedQuery {

@@ -4,12 +4,14 @@
 //! - `planned`: a planned statement and what it runs as
 //! - `planning`: SQL to a planned statement, and where it runs
 //! - `explain`: EXPLAIN's answer
+//! - `missing_tables`: NOT_FOUND for a statement reading a missing table
 //! - `execute`: running a planned statement
 //! - `running`: the running jobs (timeout, cancel, progress) and the record
 //!   of finished ones
 
 mod execute;
 mod explain;
+mod missing_tables;
 mod planned;
 mod planning;
 mod running;
@@ -18,8 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::prelude::SessionContext;
+use squadron_common::error::Error;
 use squadron_exec::plan::guard::DataRoots;
-use tonic::Status;
 
 use crate::queries::{LiveQueries, QueryLog, QueryRow};
 use crate::scheduler::admission::Slot;
@@ -91,22 +93,22 @@ impl Coordinator {
 
     /// PERMISSION_DENIED unless a client may define a table at `location`.
     /// Checked before DataFusion lists or reads anything there.
-    pub fn check_table_location(&self, location: &str) -> Result<(), Status> {
+    pub fn check_table_location(&self, location: &str) -> Result<(), Error> {
         self.check_location(location, "external tables may be created")
     }
 
     /// The same confinement for the files `COPY … TO` writes.
-    pub fn check_copy_location(&self, location: &str) -> Result<(), Status> {
+    pub fn check_copy_location(&self, location: &str) -> Result<(), Error> {
         self.check_location(location, "COPY may write")
     }
 
-    fn check_location(&self, location: &str, what: &str) -> Result<(), Status> {
+    fn check_location(&self, location: &str, what: &str) -> Result<(), Error> {
         match &self.table_roots {
             Some(roots) if roots.allows_location(location) => Ok(()),
-            Some(_) => Err(Status::permission_denied(format!(
+            Some(_) => Err(Error::permission_denied(format!(
                 "{location} is outside the server's --data-root: {what} only there"
             ))),
-            None => Err(Status::permission_denied(format!(
+            None => Err(Error::permission_denied(format!(
                 "{location}: {what} nowhere unless the server is started with --data-root DIR|URL"
             ))),
         }
@@ -135,7 +137,7 @@ impl Coordinator {
 
     /// Waits for an admission slot (or is refused with RESOURCE_EXHAUSTED);
     /// the statement runs while the slot is held.
-    pub async fn admit(&self) -> Result<Slot, Status> {
+    pub async fn admit(&self) -> Result<Slot, Error> {
         self.admission.admit().await
     }
 

@@ -8,17 +8,16 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
-use squadron_common::error::to_status;
-use tonic::Status;
+use squadron_common::error::Error;
 
 use crate::session::Session;
 use squadron_planner::JobGraph;
 
 /// The placeholders of a statement (`$1`, `$2`, … or `$name`), in order.
-pub fn parameter_names(plan: &LogicalPlan) -> Result<Vec<String>, Status> {
+pub fn parameter_names(plan: &LogicalPlan) -> Result<Vec<String>, Error> {
     let mut names: Vec<String> = plan
         .get_parameter_types()
-        .map_err(|e| to_status(&e))?
+        .map_err(Error::from)?
         .into_keys()
         .collect();
     // `$10` after `$9`: by number where there is one.

@@ -12,11 +12,10 @@ use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::ExecutionPlan;
-use squadron_common::error::to_status;
+use squadron_common::error::Error;
 use squadron_exec::plan::ready_to_execute;
 use squadron_exec::squadron_options::SquadronOptions;
 use squadron_exec::write::{TableWriteExec, WriteTarget};
-use tonic::Status;
 
 use crate::session::Session;
 use squadron_planner::cached_footers::CachedFooters;
@@ -27,6 +26,7 @@ use squadron_planner::{
     build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
 };
 
+use super::missing_tables::missing_table;
 use super::{
     is_update, parameter_names, update_schema, Coordinator, LocalRun, PlannedQuery, Reuse, Work,
 };
@@ -57,7 +57,7 @@ impl Coordinator {
     }
 
     /// Plans one SQL statement in `session`.
-    pub async fn plan(&self, session: &Arc<Session>, sql: &str) -> Result<PlannedQuery, Status> {
+    pub async fn plan(&self, session: &Arc<Session>, sql: &str) -> Result<PlannedQuery, Error> {
         let started = Instant::now();
         let planned = self.plan_statement(session, sql).await;
         tracing::debug!(
@@ -71,7 +71,7 @@ impl Coordinator {
         &self,
         session: &Arc<Session>,
         sql: &str,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         let logical = self.logical_plan(session, sql).await?;
         tracing::trace!("logical plan ready");
         self.plan_logical(session, logical).await
@@ -97,7 +97,7 @@ impl Coordinator {
         &self,
         session: &Arc<Session>,
         key: &StatementKey,
-    ) -> Result<Reuse, Status> {
+    ) -> Result<Reuse, Error> {
         let template = match session.templates().get(&key.shape) {
             None => return Ok(Reuse::Unknown),
             Some(None) => return Ok(Reuse::DoesNotQualify),
@@ -113,7 +113,7 @@ impl Coordinator {
             Ok(Instance::Inexact) => return Ok(Reuse::Inexact),
             Ok(Instance::Stale) | Err(_) => return Ok(Reuse::Stale),
         };
-        let plan = prune_scan_ranges(&state, plan).map_err(|e| to_status(&e))?;
+        let plan = prune_scan_ranges(&state, plan).map_err(Error::from)?;
         let planned = self.planned(session, plan, session.changed_settings())?;
         metrics::histogram!(crate::metrics::PLANNING_SECONDS)
             .record(started.elapsed().as_secs_f64());
@@ -160,13 +160,16 @@ impl Coordinator {
 
     /// The logical plan of one SQL statement, its names resolved in
     /// `session`.
-    pub async fn logical_plan(&self, session: &Session, sql: &str) -> Result<LogicalPlan, Status> {
-        session
-            .ctx()
-            .state()
-            .create_logical_plan(&number_placeholders(sql))
-            .await
-            .map_err(|e| to_status(&e))
+    /// NOT_FOUND when it reads a table that does not exist.
+    pub async fn logical_plan(&self, session: &Session, sql: &str) -> Result<LogicalPlan, Error> {
+        let state = session.ctx().state();
+        let sql = number_placeholders(sql);
+        match state.create_logical_plan(&sql).await {
+            Ok(plan) => Ok(plan),
+            Err(e) => Err(missing_table(&state, &sql)
+                .await
+                .unwrap_or_else(|| Error::from(e))),
+        }
     }
 
     /// Plans a statement already turned into a logical plan (a prepared
@@ -175,7 +178,7 @@ impl Coordinator {
         &self,
         session: &Arc<Session>,
         logical: LogicalPlan,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         self.plan_logical_for(session, logical, Reader::Client)
             .await
     }
@@ -187,7 +190,7 @@ impl Coordinator {
         &self,
         session: &Arc<Session>,
         logical: LogicalPlan,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         self.plan_logical_for(session, logical, Reader::Writer)
             .await
     }
@@ -199,10 +202,10 @@ impl Coordinator {
         &self,
         session: &Arc<Session>,
         logical: &LogicalPlan,
-    ) -> Result<Arc<dyn ExecutionPlan>, Status> {
+    ) -> Result<Arc<dyn ExecutionPlan>, Error> {
         let parameters = parameter_names(logical)?;
         if !parameters.is_empty() {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::invalid_argument(format!(
                 "the statement has parameters ({}): prepare it and bind values",
                 parameters.join(", ")
             )));
@@ -212,7 +215,7 @@ impl Coordinator {
             .state()
             .create_physical_plan(logical)
             .await
-            .map_err(|e| to_status(&e))
+            .map_err(Error::from)
     }
 
     /// A physical plan made ready to run as a job (here or on the
@@ -221,7 +224,7 @@ impl Coordinator {
         &self,
         session: &Arc<Session>,
         plan: Arc<dyn ExecutionPlan>,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         self.planned(session, plan, session.changed_settings())
     }
 
@@ -236,11 +239,11 @@ impl Coordinator {
         session: &Arc<Session>,
         rows: Arc<dyn ExecutionPlan>,
         target: WriteTarget,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         let write: Arc<dyn ExecutionPlan> = Arc::new(TableWriteExec::new(rows, target));
-        let path = col("path", &write.schema()).map_err(|e| to_status(&e))?;
+        let path = col("path", &write.schema()).map_err(Error::from)?;
         let ordering = LexOrdering::new([PhysicalSortExpr::new_default(path)])
-            .ok_or_else(|| Status::internal("an empty ordering of a write's answers"))?;
+            .ok_or_else(|| Error::internal("an empty ordering of a write's answers"))?;
         let gathered = Arc::new(CoalescePartitionsExec::new(write));
         let plan = Arc::new(SortExec::new(ordering, gathered));
         self.planned(session, plan, session.changed_settings())
@@ -251,10 +254,10 @@ impl Coordinator {
         session: &Arc<Session>,
         logical: LogicalPlan,
         reader: Reader,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         let parameters = parameter_names(&logical)?;
         if !parameters.is_empty() {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::invalid_argument(format!(
                 "the statement has parameters ({}): prepare it and bind values",
                 parameters.join(", ")
             )));
@@ -271,14 +274,14 @@ impl Coordinator {
         session: &Arc<Session>,
         logical: LogicalPlan,
         reader: Reader,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         let state = session.ctx().state();
         let settings = session.changed_settings();
         match &logical {
             LogicalPlan::Explain(explain) => {
                 self.explain(session, &logical, explain, settings).await
             }
-            LogicalPlan::Analyze(_) => Err(Status::unimplemented(
+            LogicalPlan::Analyze(_) => Err(Error::unimplemented(
                 "EXPLAIN ANALYZE is not supported yet; use EXPLAIN",
             )),
             plan if is_update(plan) => Ok(PlannedQuery {
@@ -287,13 +290,14 @@ impl Coordinator {
                 settings,
             }),
             LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)) => {
-                Err(Status::internal(
+                Err(Error::internal(
                     "SET changes a client session and is applied by the Flight SQL service",
                 ))
             }
-            LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(Status::unimplemented(
-                format!("not supported yet: {}", logical.display()),
-            )),
+            LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(Error::unimplemented(format!(
+                "not supported yet: {}",
+                logical.display()
+            ))),
             _ => {
                 let plan = state
                     .create_physical_plan(&logical)
@@ -302,7 +306,7 @@ impl Coordinator {
                         Reader::Client => for_clients(plan),
                         Reader::Writer => Ok(plan),
                     })
-                    .map_err(|e| to_status(&e))?;
+                    .map_err(Error::from)?;
                 tracing::trace!("physical plan ready");
                 self.planned(session, plan, settings)
             }
@@ -315,12 +319,12 @@ impl Coordinator {
         session: &Arc<Session>,
         plan: Arc<dyn ExecutionPlan>,
         settings: Vec<(String, String)>,
-    ) -> Result<PlannedQuery, Status> {
+    ) -> Result<PlannedQuery, Error> {
         let schema = plan.schema();
         if let Some(run) = self.runs_here(&plan, session) {
             let task_ctx = session.task_ctx();
             // Run as a worker runs it (see `ready_to_execute`).
-            let plan = ready_to_execute(plan, &task_ctx).map_err(|e| to_status(&e))?;
+            let plan = ready_to_execute(plan, &task_ctx).map_err(Error::from)?;
             return Ok(PlannedQuery {
                 schema,
                 work: Work::Local {
@@ -331,10 +335,9 @@ impl Coordinator {
                 settings,
             });
         }
-        let mut graph =
-            build_job_graph(plan, &session.squadron_options()).map_err(|e| to_status(&e))?;
+        let mut graph = build_job_graph(plan, &session.squadron_options()).map_err(Error::from)?;
         tracing::trace!("stages cut");
-        encode_stages(&mut graph).map_err(|e| to_status(&e))?;
+        encode_stages(&mut graph).map_err(Error::from)?;
         Ok(PlannedQuery {
             schema,
             work: Work::Distributed(Arc::new(graph)),

@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use squadron_common::error::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::Status;
 
 pub struct Admission {
     running: Arc<Semaphore>,
@@ -31,14 +31,14 @@ impl Admission {
 
     /// A slot now, or after waiting in the queue; refused when the queue is
     /// full too.
-    pub async fn admit(&self) -> Result<Slot, Status> {
+    pub async fn admit(&self) -> Result<Slot, Error> {
         if let Ok(slot) = Arc::clone(&self.running).try_acquire_owned() {
             return Ok(slot);
         }
         let queued = self.queued.fetch_add(1, Ordering::SeqCst);
         let _leave = LeaveQueue(&self.queued);
         if queued >= self.max_queued {
-            return Err(Status::resource_exhausted(format!(
+            return Err(Error::resource_exhausted(format!(
                 "the server is busy: {} queries running and {} waiting \
                  (--max-concurrent-queries, --max-queued-queries); retry later",
                 self.max_running, self.max_queued
@@ -47,7 +47,7 @@ impl Admission {
         Arc::clone(&self.running)
             .acquire_owned()
             .await
-            .map_err(|_| Status::unavailable("the server is shutting down"))
+            .map_err(|_| Error::unavailable("the server is shutting down"))
     }
 
     /// Whether fewer than half the running slots are taken.
@@ -72,6 +72,7 @@ impl Drop for LeaveQueue<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use squadron_common::error::ErrorKind;
     use std::time::Duration;
 
     #[tokio::test]
@@ -85,7 +86,7 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         let refused = admission.admit().await.unwrap_err();
-        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(refused.kind(), ErrorKind::ResourceExhausted);
         drop(first);
         waiting
             .await

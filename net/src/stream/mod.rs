@@ -2,6 +2,7 @@
 //! marker, fetching a task's stream from a peer, and the secrets that let
 //! only the job's own tasks read it.
 
+pub mod decode;
 pub mod encoder;
 pub mod end_marker;
 pub mod fetch;

@@ -13,7 +13,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::unparser::expr_to_sql;
 use serde::{Deserialize, Serialize};
-use tonic::Status;
+use squadron_common::error::Error;
 
 /// One catalog entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,9 +80,9 @@ impl Managed {
     }
 
     /// Its columns.
-    pub fn schema(&self) -> Result<SchemaRef, Status> {
+    pub fn schema(&self) -> Result<SchemaRef, Error> {
         decode_schema(&self.schema)
-            .map_err(|e| Status::internal(format!("the catalog's columns of {}: {e}", self.name)))
+            .map_err(|e| Error::internal(format!("the catalog's columns of {}: {e}", self.name)))
     }
 
     /// The rows of its files.
@@ -92,11 +92,11 @@ impl Managed {
 }
 
 /// A schema as the catalog keeps it.
-pub fn encode_schema(schema: &SchemaRef) -> Result<String, Status> {
+pub fn encode_schema(schema: &SchemaRef) -> Result<String, Error> {
     use base64::Engine;
     use prost::Message;
     let proto = datafusion_proto::protobuf::Schema::try_from(schema.as_ref())
-        .map_err(|e| Status::internal(format!("encoding a table's columns: {e}")))?;
+        .map_err(|e| Error::internal(format!("encoding a table's columns: {e}")))?;
     Ok(base64::engine::general_purpose::STANDARD.encode(proto.encode_to_vec()))
 }
 
@@ -135,19 +135,19 @@ pub struct Declared {
 
 impl Declared {
     /// The keys and defaults of a `CREATE TABLE`.
-    pub fn of(constraints: &Constraints, defaults: &[(String, Expr)]) -> Result<Self, Status> {
+    pub fn of(constraints: &Constraints, defaults: &[(String, Expr)]) -> Result<Self, Error> {
         let defaults = defaults
             .iter()
             .map(|(column, expr)| {
                 let sql = expr_to_sql(expr).map_err(|e| {
-                    Status::unimplemented(format!("the DEFAULT of column {column}: {e}"))
+                    Error::unimplemented(format!("the DEFAULT of column {column}: {e}"))
                 })?;
                 Ok(ColumnDefault {
                     column: column.clone(),
                     sql: sql.to_string(),
                 })
             })
-            .collect::<Result<_, Status>>()?;
+            .collect::<Result<_, Error>>()?;
         Ok(Self {
             keys: keys_of(constraints),
             defaults,
@@ -208,7 +208,7 @@ pub async fn register_defined(
     ctx: &SessionContext,
     sql: &str,
     schema: &Option<(String, String)>,
-) -> Result<(), Status> {
+) -> Result<(), Error> {
     let session = Session::derived_from(ctx);
     if let Some((catalog, schema)) = schema {
         session.set("datafusion.catalog.default_catalog", catalog)?;
@@ -218,7 +218,7 @@ pub async fn register_defined(
         .ctx()
         .sql(sql)
         .await
-        .map_err(|e| Status::internal(e.to_string()))?;
+        .map_err(|e| Error::internal(e.to_string()))?;
     Ok(())
 }
 

@@ -32,7 +32,7 @@ impl SquadronFlightSql {
             });
         }
         let session = self.state.sessions.current(caller);
-        self.coordinator.plan_logical(&session, logical).await
+        Ok(self.coordinator.plan_logical(&session, logical).await?)
     }
 
     /// Plans one SQL statement for `caller`; one that differs from an

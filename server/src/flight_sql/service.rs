@@ -28,6 +28,7 @@ use arrow_flight::{
 use datafusion::arrow::array::RecordBatch;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
+use squadron_common::error::Error;
 use squadron_net::stream::encoder::flight_data;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -265,7 +266,7 @@ impl FlightSqlService for SquadronFlightSql {
             .cloned()
             .ok_or_else(|| Status::invalid_argument("the ingest sent no schema"))?;
         let rows = futures::stream::iter(first.map(Ok)).chain(
-            stream.map_err(|e| Status::invalid_argument(format!("reading the ingested rows: {e}"))),
+            stream.map_err(|e| Error::invalid_argument(format!("reading the ingested rows: {e}"))),
         );
         let work = ingest(&self.coordinator, &session, &command, schema, rows);
         let written = self.as_query(&caller, work).await?;

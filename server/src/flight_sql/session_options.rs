@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 
-use tonic::{Code, Status};
+use squadron_common::error::{Error, ErrorKind};
+use tonic::Status;
 
 use super::sessions::{Caller, Sessions};
 use squadron_coordinator::session::Session;
@@ -110,14 +111,16 @@ pub fn set_options(
     let mut options: Vec<_> = request.session_options.into_iter().collect();
     options.sort_by_key(|(name, _)| (name != CATALOG, name.clone()));
     for (name, value) in options {
-        if let Err(status) = set_option(&session, &name, value.option_value) {
-            tracing::debug!(name, "session option refused: {}", status.message());
-            let value = match status.code() {
-                Code::PermissionDenied | Code::NotFound => SetSessionOptionErrorValue::InvalidName,
-                Code::InvalidArgument if status.message().contains("no such") => {
+        if let Err(error) = set_option(&session, &name, value.option_value) {
+            tracing::debug!(name, "session option refused: {error}");
+            let value = match error.kind() {
+                ErrorKind::PermissionDenied | ErrorKind::NotFound => {
                     SetSessionOptionErrorValue::InvalidName
                 }
-                Code::InvalidArgument => SetSessionOptionErrorValue::InvalidValue,
+                ErrorKind::InvalidArgument if !session.has_setting(setting_key(&name)) => {
+                    SetSessionOptionErrorValue::InvalidName
+                }
+                ErrorKind::InvalidArgument => SetSessionOptionErrorValue::InvalidValue,
                 _ => SetSessionOptionErrorValue::Error,
             };
             errors.insert(
@@ -131,12 +134,18 @@ pub fn set_options(
     Ok((SetSessionOptionsResult { errors }, id))
 }
 
-fn set_option(session: &Session, name: &str, value: Option<OptionValue>) -> Result<(), Status> {
-    let key = match name {
+/// The setting an option name stands for: the catalog and schema are
+/// DataFusion's defaults, the rest are settings by key.
+fn setting_key(name: &str) -> &str {
+    match name {
         CATALOG => "datafusion.catalog.default_catalog",
         SCHEMA => "datafusion.catalog.default_schema",
         other => other,
-    };
+    }
+}
+
+fn set_option(session: &Session, name: &str, value: Option<OptionValue>) -> Result<(), Error> {
+    let key = setting_key(name);
     let text = match value {
         // An unset value removes the option: back to the server's.
         None => return session.reset(key),
@@ -145,7 +154,7 @@ fn set_option(session: &Session, name: &str, value: Option<OptionValue>) -> Resu
         Some(OptionValue::Int64Value(i)) => i.to_string(),
         Some(OptionValue::DoubleValue(d)) => d.to_string(),
         Some(OptionValue::StringListValue(_)) => {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::invalid_argument(format!(
                 "{name} takes one value, not a list"
             )))
         }

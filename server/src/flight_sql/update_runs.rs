@@ -55,14 +55,16 @@ impl SquadronFlightSql {
 
     /// Runs `work` (DDL, DML, an ingest) as a query of `caller`: listed in
     /// `system.queries`, its log lines carrying the query id.
-    pub(super) async fn as_query<T>(
+    pub(super) async fn as_query<T, E: Into<Status>>(
         &self,
         caller: &Caller,
-        work: impl std::future::Future<Output = Result<T, Status>>,
+        work: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, Status> {
         let query = self.coordinator.queries().start(caller.user(), "-", 0);
         let span = tracing::info_span!("query", query_id = query.id());
-        let result = squadron_coordinator::queries::within(query.id(), work.instrument(span)).await;
+        let result = squadron_coordinator::queries::within(query.id(), work.instrument(span))
+            .await
+            .map_err(Into::into);
         query.finish(&result);
         result
     }

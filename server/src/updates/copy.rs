@@ -10,13 +10,13 @@ use std::sync::Arc;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::logical_expr::dml::CopyTo;
 use datafusion::logical_expr::LogicalPlan;
-use tonic::Status;
+use squadron_common::error::Error;
 
 use crate::engine::Engine;
 use squadron_coordinator::session::Session;
 
 /// Runs `copy`; returns the rows written.
-pub async fn copy_to(coord: &Engine, session: &Arc<Session>, copy: CopyTo) -> Result<u64, Status> {
+pub async fn copy_to(coord: &Engine, session: &Arc<Session>, copy: CopyTo) -> Result<u64, Error> {
     coord.check_copy_location(&copy.output_url)?;
     let written = copy.output_url.clone();
     let rows = super::sinks::write_with_sink(coord, session, LogicalPlan::Copy(copy)).await?;

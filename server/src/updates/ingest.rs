@@ -13,9 +13,8 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::TableReference;
 use futures::{Stream, TryStreamExt};
-use squadron_common::error::to_status;
+use squadron_common::error::Error;
 use squadron_exec::write::{PartitionWriter, WriteTarget, Written};
-use tonic::Status;
 
 use super::names::{already_exists, exists, full_name};
 use super::table_writes::{catalog_of as catalog, Append};
@@ -36,7 +35,7 @@ fn action(
     command: &CommandStatementIngest,
     exists: bool,
     name: &TableReference,
-) -> Result<Action, Status> {
+) -> Result<Action, Error> {
     let options = command.table_definition_options.unwrap_or_default();
     if exists {
         match TableExistsOption::try_from(options.if_exists) {
@@ -48,16 +47,16 @@ fn action(
     } else {
         match TableNotExistOption::try_from(options.if_not_exist) {
             Ok(TableNotExistOption::Create) => Ok(Action::Create),
-            _ => Err(Status::not_found(format!(
+            _ => Err(Error::not_found(format!(
                 "table {name} does not exist (and the ingest does not create it)"
             ))),
         }
     }
 }
 
-fn table_name(command: &CommandStatementIngest) -> Result<TableReference, Status> {
+fn table_name(command: &CommandStatementIngest) -> Result<TableReference, Error> {
     if command.table.is_empty() {
-        return Err(Status::invalid_argument("the ingest names no table"));
+        return Err(Error::invalid_argument("the ingest names no table"));
     }
     let table = command.table.clone();
     Ok(match (&command.catalog, &command.schema) {
@@ -76,12 +75,12 @@ pub async fn ingest<S>(
     command: &CommandStatementIngest,
     schema: SchemaRef,
     batches: S,
-) -> Result<u64, Status>
+) -> Result<u64, Error>
 where
-    S: Stream<Item = Result<RecordBatch, Status>>,
+    S: Stream<Item = Result<RecordBatch, Error>>,
 {
     if command.transaction_id.is_some() {
-        return Err(Status::unimplemented("transactions are not supported"));
+        return Err(Error::unimplemented("transactions are not supported"));
     }
     let name = full_name(session, &table_name(command)?)?;
     match action(command, exists(coord, &name), &name)? {
@@ -96,14 +95,14 @@ where
             let table = match catalog(coord)?.get(&name.to_quoted_string()) {
                 Some(Entry::Managed(table)) => table,
                 _ => {
-                    return Err(Status::failed_precondition(format!(
+                    return Err(Error::failed_precondition(format!(
                         "{name} is not a table created through Squadron; ingest appends to those"
                     )))
                 }
             };
             let columns = table.schema()?;
             if columns.fields().len() != schema.fields().len() {
-                return Err(Status::invalid_argument(format!(
+                return Err(Error::invalid_argument(format!(
                     "{name} has {} columns, the ingested rows {}",
                     columns.fields().len(),
                     schema.fields().len()
@@ -117,24 +116,25 @@ where
 }
 
 /// Writes `batches` as part files of `target`, here, as they arrive.
-async fn write_here<S>(coord: &Engine, target: WriteTarget, batches: S) -> Result<Written, Status>
+async fn write_here<S>(coord: &Engine, target: WriteTarget, batches: S) -> Result<Written, Error>
 where
-    S: Stream<Item = Result<RecordBatch, Status>>,
+    S: Stream<Item = Result<RecordBatch, Error>>,
 {
     let runtime = coord.session().runtime_env();
-    let writer = PartitionWriter::new(target, 0, 0, &runtime).map_err(|e| to_status(&e))?;
+    let writer = PartitionWriter::new(target, 0, 0, &runtime).map_err(Error::from)?;
     let rows =
         batches.map_err(|status| datafusion::error::DataFusionError::External(Box::new(status)));
     writer
         .write(std::pin::pin!(rows))
         .await
-        .map_err(|e| to_status(&e))
+        .map_err(Error::from)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use arrow_flight::sql::TableDefinitionOptions;
+    use squadron_common::error::ErrorKind;
 
     fn command(
         if_not_exist: TableNotExistOption,
@@ -162,8 +162,8 @@ mod tests {
         assert_eq!(
             action(&command(N::Create, E::Fail), true, &t)
                 .unwrap_err()
-                .code(),
-            tonic::Code::AlreadyExists
+                .kind(),
+            ErrorKind::AlreadyExists
         );
         assert_eq!(
             action(&command(N::Fail, E::Append), true, &t).unwrap(),
@@ -172,8 +172,8 @@ mod tests {
         assert_eq!(
             action(&command(N::Fail, E::Append), false, &t)
                 .unwrap_err()
-                .code(),
-            tonic::Code::NotFound
+                .kind(),
+            ErrorKind::NotFound
         );
         assert_eq!(
             action(&command(N::Create, E::Replace), true, &t).unwrap(),
@@ -188,8 +188,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            action(&unspecified, true, &t).unwrap_err().code(),
-            tonic::Code::AlreadyExists
+            action(&unspecified, true, &t).unwrap_err().kind(),
+            ErrorKind::AlreadyExists
         );
     }
 }

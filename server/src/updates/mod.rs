@@ -12,6 +12,7 @@
 //! back after a restart, on any coordinator of the same warehouse.
 
 pub mod copy;
+mod empty_locations;
 pub mod ingest;
 mod names;
 mod rewrite;
@@ -30,8 +31,8 @@ use datafusion::datasource::TableType;
 use datafusion::execution::cache::TableScopedPath;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
-use squadron_common::error::to_status;
-use tonic::Status;
+use empty_locations::or_not_found;
+use squadron_common::error::Error;
 
 use crate::catalog::persisted::{encode_schema, Declared, Entry, Managed};
 use crate::engine::Engine;
@@ -50,7 +51,7 @@ pub async fn run_update_now(
     schema: &SchemaRef,
     plan: LogicalPlan,
     session: &Arc<Session>,
-) -> Result<Vec<RecordBatch>, Status> {
+) -> Result<Vec<RecordBatch>, Error> {
     let slot = coord.admit().await?;
     // Boxed: an update runs its input through `execute` again.
     let rows = Box::pin(run_update(coord, session, plan)).await?;
@@ -62,7 +63,7 @@ pub async fn run_update_now(
         Arc::clone(schema),
         vec![Arc::new(Int64Array::from(vec![rows as i64]))],
     )
-    .map_err(|e| Status::internal(e.to_string()))?;
+    .map_err(|e| Error::internal(e.to_string()))?;
     Ok(vec![count])
 }
 
@@ -72,11 +73,11 @@ pub async fn run_update(
     coord: &Engine,
     session: &Arc<Session>,
     plan: LogicalPlan,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
             if create.if_not_exists && create.or_replace {
-                return Err(Status::invalid_argument(
+                return Err(Error::invalid_argument(
                     "Execution error: 'IF NOT EXISTS' cannot coexist with 'REPLACE'",
                 ));
             }
@@ -110,7 +111,11 @@ pub async fn run_update(
                 create.definition.clone(),
                 create.temporary,
             );
-            define(coord, session, &name, definition, temporary, plan).await
+            let locations = create.locations.clone();
+            match define(coord, session, &name, definition, temporary, plan).await {
+                Ok(count) => Ok(count),
+                Err(e) => Err(or_not_found(session.ctx(), &locations, e).await),
+            }
         }
         LogicalPlan::Ddl(DdlStatement::CreateView(ref view)) => {
             let (name, definition, temporary) = (
@@ -148,7 +153,7 @@ pub async fn run_update(
         }
         LogicalPlan::Dml(dml) => insert(coord, session, dml).await,
         LogicalPlan::Copy(copy) => copy::copy_to(coord, session, copy).await,
-        other => Err(Status::unimplemented(format!(
+        other => Err(Error::unimplemented(format!(
             "not supported yet: {}",
             other.display()
         ))),
@@ -158,11 +163,11 @@ pub async fn run_update(
 /// INVALID_ARGUMENT naming the formats for one Squadron does not know;
 /// UNIMPLEMENTED for Iceberg, a table format of its own it does not read. DataFusion would answer both with
 /// an internal "unable to find factory".
-fn check_table_format(coord: &Engine, file_type: &str) -> Result<(), Status> {
+fn check_table_format(coord: &Engine, file_type: &str) -> Result<(), Error> {
     let format = file_type.to_ascii_uppercase();
     match format.as_str() {
         // iceberg-datafusion 0.10 builds on DataFusion 53; Squadron is on 55.
-        "ICEBERG" => Err(Status::unimplemented(
+        "ICEBERG" => Err(Error::unimplemented(
             "STORED AS ICEBERG: Apache Iceberg tables are not supported (no maintained \
              Iceberg crate builds on DataFusion 55 yet)",
         )),
@@ -173,7 +178,7 @@ fn check_table_format(coord: &Engine, file_type: &str) -> Result<(), Status> {
             }
             let mut known: Vec<&str> = state.table_factories().keys().map(String::as_str).collect();
             known.sort();
-            Err(Status::invalid_argument(format!(
+            Err(Error::invalid_argument(format!(
                 // DataFusion's words first (clients and its tests match them).
                 "Execution error: Unable to find factory for {format}: STORED AS takes one of {}",
                 known.join(", ")
@@ -196,11 +201,11 @@ async fn is_of_type(coord: &Engine, name: &TableReference, kind: TableType) -> b
 
 /// A DROP of something that is not there: nothing with IF EXISTS, else
 /// NOT_FOUND as DataFusion words it.
-fn missing(kind: &str, name: &TableReference, if_exists: bool) -> Result<u64, Status> {
+fn missing(kind: &str, name: &TableReference, if_exists: bool) -> Result<u64, Error> {
     if if_exists {
         Ok(0)
     } else {
-        Err(Status::not_found(format!(
+        Err(Error::not_found(format!(
             "Execution error: {kind} '{name}' doesn't exist."
         )))
     }
@@ -208,10 +213,10 @@ fn missing(kind: &str, name: &TableReference, if_exists: bool) -> Result<u64, St
 
 /// A table keeps only unqualified column names: `a.x` and `b.x` would both
 /// be `x` (DataFusion's check and words).
-fn unique_column_names(schema: &DFSchema) -> Result<(), Status> {
+fn unique_column_names(schema: &DFSchema) -> Result<(), Error> {
     let mut seen = std::collections::HashSet::new();
     match schema.fields().iter().find(|f| !seen.insert(f.name())) {
-        Some(field) => Err(Status::invalid_argument(format!(
+        Some(field) => Err(Error::invalid_argument(format!(
             "Schema error: Schema contains duplicate unqualified field name {}",
             field.name()
         ))),
@@ -236,7 +241,7 @@ impl NewTable {
         name: &TableReference,
         temporary: bool,
         schema: SchemaRef,
-    ) -> Result<Self, Status> {
+    ) -> Result<Self, Error> {
         check_storable(&schema)?;
         let catalog = catalog(coord)?;
         let location = Warehouse::new_table_location(name.table(), temporary);
@@ -268,7 +273,7 @@ impl NewTable {
         written: &Written,
         declared: Declared,
         replace: bool,
-    ) -> Result<u64, Status> {
+    ) -> Result<u64, Error> {
         let files = self.write.data_files(written)?;
         let table = Managed {
             name: self.name.to_quoted_string(),
@@ -302,7 +307,7 @@ async fn define(
     definition: Option<String>,
     temporary: bool,
     plan: LogicalPlan,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     let catalog = if temporary {
         None
     } else {
@@ -313,7 +318,7 @@ async fn define(
         .ctx()
         .execute_logical_plan(plan)
         .await
-        .map_err(|e| to_status(&e))?;
+        .map_err(Error::from)?;
     let Some(catalog) = catalog else {
         return Ok(0);
     };
@@ -329,7 +334,7 @@ async fn define(
                 .commit_shown(coord.session(), change, Some(name.to_quoted_string()))
                 .await
         }
-        None => Err(Status::internal(format!(
+        None => Err(Error::internal(format!(
             "the statement defining {name} has no text"
         ))),
     };
@@ -344,7 +349,7 @@ async fn define(
     Ok(0)
 }
 
-async fn drop_table(coord: &Engine, name: &TableReference) -> Result<u64, Status> {
+async fn drop_table(coord: &Engine, name: &TableReference) -> Result<u64, Error> {
     let key = name.to_quoted_string();
     match coord.catalog().filter(|c| c.get(&key).is_some()) {
         // Committed first: a DROP that cannot be committed drops nothing.
@@ -356,13 +361,13 @@ async fn drop_table(coord: &Engine, name: &TableReference) -> Result<u64, Status
             coord
                 .session()
                 .deregister_table(name.clone())
-                .map_err(|e| to_status(&e))?;
+                .map_err(Error::from)?;
         }
     }
     Ok(0)
 }
 
-async fn insert(coord: &Engine, session: &Arc<Session>, dml: DmlStatement) -> Result<u64, Status> {
+async fn insert(coord: &Engine, session: &Arc<Session>, dml: DmlStatement) -> Result<u64, Error> {
     let table_name = full_name(session, &dml.table_name)?;
     if let WriteOp::MergeInto(_) = dml.op {
         // DataFusion's answer: its type checks of the statement, then the
@@ -373,11 +378,11 @@ async fn insert(coord: &Engine, session: &Arc<Session>, dml: DmlStatement) -> Re
             .state()
             .create_physical_plan(&plan)
             .await
-            .map_err(|e| to_status(&e))?;
-        return Err(Status::unimplemented("MERGE INTO is not supported yet"));
+            .map_err(Error::from)?;
+        return Err(Error::unimplemented("MERGE INTO is not supported yet"));
     }
     if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {
-        return Err(Status::unimplemented(format!(
+        return Err(Error::unimplemented(format!(
             "{} is not supported yet; tables take INSERT INTO",
             dml.op
         )));
@@ -392,12 +397,12 @@ async fn insert(coord: &Engine, session: &Arc<Session>, dml: DmlStatement) -> Re
                 .session()
                 .table_provider(table_name)
                 .await
-                .map_err(|e| to_status(&e))?;
+                .map_err(Error::from)?;
             let rows = sinks::write_with_sink(coord, session, LogicalPlan::Dml(dml)).await?;
             forget_listing(coord, table.as_ref());
             Ok(rows)
         }
-        None => Err(Status::failed_precondition(format!(
+        None => Err(Error::failed_precondition(format!(
             "{} is not a table created through Squadron (CREATE TABLE, CREATE EXTERNAL \
              TABLE); INSERT INTO works on those",
             dml.table_name
@@ -411,7 +416,7 @@ async fn insert_into_created(
     session: &Arc<Session>,
     dml: &DmlStatement,
     table: Managed,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     let append = Append::start(coord, table)?;
     let rows = coord.plan_rows_to_write(session, &dml.input).await?;
     let written = write_rows(coord, session, rows, append.target()).await?;

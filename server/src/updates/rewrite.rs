@@ -23,9 +23,8 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{
     lit, when, DmlStatement, Expr, LogicalPlan, LogicalPlanBuilder, WriteOp,
 };
-use squadron_common::error::to_status;
+use squadron_common::error::Error;
 use squadron_exec::write::RowFlag;
-use tonic::Status;
 
 use super::names::full_name;
 use super::table_writes::{catalog_of as catalog, write_rows, PendingWrite};
@@ -43,17 +42,17 @@ pub async fn update_or_delete(
     coord: &Engine,
     session: &Arc<Session>,
     dml: DmlStatement,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     let delete = match dml.op {
         WriteOp::Delete => true,
         WriteOp::Update => false,
-        ref other => return Err(Status::internal(format!("{other} is not a rewrite"))),
+        ref other => return Err(Error::internal(format!("{other} is not a rewrite"))),
     };
     let name = full_name(session, &dml.table_name)?;
     let table = match catalog(coord)?.get(&name.to_quoted_string()) {
         Some(Entry::Managed(table)) => table,
         _ => {
-            return Err(Status::failed_precondition(format!(
+            return Err(Error::failed_precondition(format!(
                 "{} is not a table created through Squadron; {} works on those",
                 dml.table_name, dml.op
             )))
@@ -63,10 +62,10 @@ pub async fn update_or_delete(
         .session()
         .table_provider(name.clone())
         .await
-        .map_err(|e| to_status(&e))?;
-    let registered = provider.downcast_ref::<ManagedTable>().ok_or_else(|| {
-        Status::internal(format!("{name} is registered as another kind of table"))
-    })?;
+        .map_err(Error::from)?;
+    let registered = provider
+        .downcast_ref::<ManagedTable>()
+        .ok_or_else(|| Error::internal(format!("{name} is registered as another kind of table")))?;
     // The files this statement reads, and replaces.
     let snapshot = Arc::new(registered.snapshot());
     let read: Vec<String> = snapshot
@@ -110,7 +109,7 @@ struct Statement {
 }
 
 impl Statement {
-    fn of(input: &LogicalPlan, delete: bool) -> Result<Self, Status> {
+    fn of(input: &LogicalPlan, delete: bool) -> Result<Self, Error> {
         let (values, below) = match input {
             LogicalPlan::Projection(p) if !delete => (p.expr.clone(), p.input.as_ref()),
             _ if !delete => return Err(unexpected(input)),
@@ -121,7 +120,7 @@ impl Statement {
             other => (None, other),
         };
         if !reads_one_table(scan) {
-            return Err(Status::unimplemented(format!(
+            return Err(Error::unimplemented(format!(
                 "{}: only a WHERE on the table itself (no FROM, no LIMIT)",
                 if delete { "DELETE" } else { "UPDATE" }
             )));
@@ -135,7 +134,7 @@ impl Statement {
 
     /// This statement reading `table` (one pinned file set) for the table
     /// it names.
-    fn reading(self, table: Arc<ManagedTable>) -> Result<Self, Status> {
+    fn reading(self, table: Arc<ManagedTable>) -> Result<Self, Error> {
         let source = provider_as_source(table);
         let scan = self
             .scan
@@ -146,7 +145,7 @@ impl Statement {
                 }
                 other => Ok(Transformed::no(other)),
             })
-            .map_err(|e| to_status(&e))?
+            .map_err(Error::from)?
             .data;
         Ok(Self { scan, ..self })
     }
@@ -154,7 +153,7 @@ impl Statement {
     /// The table's new rows (all of them for UPDATE, with the new values
     /// where the predicate holds; for DELETE the caller drops the matched
     /// ones), each with the `MATCHED` flag last.
-    fn rewrite_query(self, delete: bool) -> Result<LogicalPlan, Status> {
+    fn rewrite_query(self, delete: bool) -> Result<LogicalPlan, Error> {
         let matched = self.predicate.map_or(lit(true), Expr::is_true);
         let columns = self.scan.schema().columns().into_iter().map(Expr::Column);
         let mut exprs: Vec<Expr> = if delete {
@@ -164,22 +163,22 @@ impl Statement {
                 .into_iter()
                 .zip(columns)
                 .map(|(value, old)| new_value(value, old, &matched))
-                .collect::<Result<_, Status>>()?
+                .collect::<Result<_, Error>>()?
         };
         exprs.push(matched.alias(MATCHED));
         LogicalPlanBuilder::from(self.scan)
             .project(exprs)
             .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| to_status(&e))
+            .map_err(Error::from)
     }
 }
 
 /// `CASE WHEN matched THEN value ELSE old END`, named as the column; a
 /// column the statement does not assign stays as it is.
-fn new_value(value: Expr, old: Expr, matched: &Expr) -> Result<Expr, Status> {
+fn new_value(value: Expr, old: Expr, matched: &Expr) -> Result<Expr, Error> {
     let (value, name) = match value {
         Expr::Alias(alias) => (*alias.expr, alias.name),
-        other => return Err(Status::internal(format!("unnamed UPDATE value {other}"))),
+        other => return Err(Error::internal(format!("unnamed UPDATE value {other}"))),
     };
     if let Expr::Column(Column {
         name: ref column, ..
@@ -192,7 +191,7 @@ fn new_value(value: Expr, old: Expr, matched: &Expr) -> Result<Expr, Status> {
     when(matched.clone(), value)
         .otherwise(old)
         .map(|e| e.alias(name))
-        .map_err(|e| to_status(&e))
+        .map_err(Error::from)
 }
 
 /// Whether `plan` is a plain scan of one table (perhaps under an alias).
@@ -204,6 +203,6 @@ fn reads_one_table(plan: &LogicalPlan) -> bool {
     }
 }
 
-fn unexpected(input: &LogicalPlan) -> Status {
-    Status::internal(format!("an UPDATE planned as {}", input.display_indent()))
+fn unexpected(input: &LogicalPlan) -> Error {
+    Error::internal(format!("an UPDATE planned as {}", input.display_indent()))
 }

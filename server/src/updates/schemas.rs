@@ -8,8 +8,7 @@ use datafusion::common::{SchemaReference, TableReference};
 use datafusion::logical_expr::{
     CreateCatalog, CreateCatalogSchema, DropCatalogSchema, LogicalPlan,
 };
-use squadron_common::error::to_status;
-use tonic::Status;
+use squadron_common::error::Error;
 
 use crate::catalog::persisted::Entry;
 use crate::catalog::system::SYSTEM_SCHEMA;
@@ -24,12 +23,12 @@ pub async fn create_catalog(
     session: &Session,
     create: &CreateCatalog,
     plan: LogicalPlan,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     session
         .ctx()
         .execute_logical_plan(plan)
         .await
-        .map_err(|e| to_status(&e))?;
+        .map_err(Error::from)?;
     let name = format!("catalog {}", quoted(&create.catalog_name));
     let sql = format!(
         "CREATE DATABASE IF NOT EXISTS {}",
@@ -43,7 +42,7 @@ pub async fn create_schema(
     session: &Session,
     create: &CreateCatalogSchema,
     plan: LogicalPlan,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     // DataFusion's own reading of the name: `schema` or `catalog.schema`.
     let (catalog, schema) = match create.schema_name.split_once('.') {
         Some((catalog, schema)) => (catalog.to_string(), schema.to_string()),
@@ -59,7 +58,7 @@ pub async fn create_schema(
         .ctx()
         .execute_logical_plan(plan)
         .await
-        .map_err(|e| to_status(&e))?;
+        .map_err(Error::from)?;
     let sql = format!(
         "CREATE SCHEMA IF NOT EXISTS {}.{}",
         quoted(&catalog),
@@ -78,7 +77,7 @@ pub async fn create_schema(
 /// Commits the statement creating a catalog or schema, unless recorded
 /// already: the entry keeps its place, to replay before the schemas and
 /// tables made in it since.
-async fn record_once(coord: &Engine, name: String, sql: String) -> Result<u64, Status> {
+async fn record_once(coord: &Engine, name: String, sql: String) -> Result<u64, Error> {
     if let Some(catalog) = coord.catalog().filter(|c| c.get(&name).is_none()) {
         let entry = Entry::Defined {
             name: name.clone(),
@@ -101,7 +100,7 @@ pub async fn drop_schema(
     session: &Session,
     drop: &DropCatalogSchema,
     plan: LogicalPlan,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     let (catalog, schema) = match &drop.name {
         SchemaReference::Full { catalog, schema } => (catalog.to_string(), schema.to_string()),
         SchemaReference::Bare { schema } => (session.catalog(), schema.to_string()),
@@ -137,13 +136,13 @@ pub async fn drop_schema(
         .ctx()
         .execute_logical_plan(plan)
         .await
-        .map_err(|e| to_status(&e))?;
+        .map_err(Error::from)?;
     Ok(0)
 }
 
-fn refuse_system(schema: &str) -> Result<(), Status> {
+fn refuse_system(schema: &str) -> Result<(), Error> {
     if schema == SYSTEM_SCHEMA {
-        return Err(Status::permission_denied(format!(
+        return Err(Error::permission_denied(format!(
             "the {SYSTEM_SCHEMA} schema belongs to the server"
         )));
     }

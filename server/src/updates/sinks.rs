@@ -14,8 +14,6 @@
 
 use std::sync::Arc;
 
-use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::error::FlightError;
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
@@ -32,10 +30,10 @@ use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::Stream;
 use futures::TryStreamExt;
-use squadron_common::error::to_status;
+use squadron_common::error::Error;
 use squadron_exec::plan::guard::file_sink_config;
 use squadron_exec::write::SinkWriteExec;
-use tonic::Status;
+use squadron_net::stream::decode::decoded_batches;
 
 use crate::engine::Engine;
 use squadron_coordinator::session::Session;
@@ -47,7 +45,7 @@ pub async fn write_with_sink(
     coord: &Engine,
     session: &Arc<Session>,
     statement: LogicalPlan,
-) -> Result<u64, Status> {
+) -> Result<u64, Error> {
     if let Some(rows) = write_in_tasks(coord, session, &statement).await? {
         return Ok(rows);
     }
@@ -57,7 +55,7 @@ pub async fn write_with_sink(
     let rows = run_query(coord, planned).await?;
     let statement = statement
         .with_new_exprs(statement.expressions(), vec![scan_of_rows(schema, rows)?])
-        .map_err(|e| to_status(&e))?;
+        .map_err(Error::from)?;
     run_sink(session, statement).await
 }
 
@@ -67,9 +65,9 @@ async fn write_in_tasks(
     coord: &Engine,
     session: &Arc<Session>,
     statement: &LogicalPlan,
-) -> Result<Option<u64>, Status> {
+) -> Result<Option<u64>, Error> {
     let plan = coord.plan_rows_to_write(session, statement).await?;
-    let Some(plan) = in_tasks(&plan).map_err(|e| to_status(&e))? else {
+    let Some(plan) = in_tasks(&plan).map_err(Error::from)? else {
         return Ok(None);
     };
     let planned = coord.plan_job(session, plan)?;
@@ -109,30 +107,30 @@ fn in_tasks(
 }
 
 /// A scan of a job's rows, to feed them to one of DataFusion's sinks.
-fn scan_of_rows<S>(schema: SchemaRef, rows: S) -> Result<LogicalPlan, Status>
+fn scan_of_rows<S>(schema: SchemaRef, rows: S) -> Result<LogicalPlan, Error>
 where
-    S: Stream<Item = Result<RecordBatch, Status>> + Send + 'static,
+    S: Stream<Item = Result<RecordBatch, Error>> + Send + 'static,
 {
     let source = StreamingTable::try_new(
         Arc::clone(&schema),
         vec![Arc::new(OneStream::new(schema, rows))],
     )
-    .map_err(|e| to_status(&e))?;
+    .map_err(Error::from)?;
     LogicalPlanBuilder::scan("job_rows", provider_as_source(Arc::new(source)), None)
         .and_then(|b| b.build())
-        .map_err(|e| to_status(&e))
+        .map_err(Error::from)
 }
 
 /// Runs a plan ending in a DataFusion sink here; returns the rows written.
-async fn run_sink(session: &Session, plan: LogicalPlan) -> Result<u64, Status> {
+async fn run_sink(session: &Session, plan: LogicalPlan) -> Result<u64, Error> {
     let answer = session
         .ctx()
         .execute_logical_plan(plan)
         .await
-        .map_err(|e| to_status(&e))?
+        .map_err(Error::from)?
         .collect()
         .await
-        .map_err(|e| to_status(&e))?;
+        .map_err(Error::from)?;
     Ok(written(&answer))
 }
 
@@ -155,7 +153,7 @@ struct OneStream {
 impl OneStream {
     fn new<S>(schema: SchemaRef, rows: S) -> Self
     where
-        S: Stream<Item = Result<RecordBatch, Status>> + Send + 'static,
+        S: Stream<Item = Result<RecordBatch, Error>> + Send + 'static,
     {
         let rows = rows.map_err(|status| DataFusionError::External(Box::new(status)));
         let stream = RecordBatchStreamAdapter::new(Arc::clone(&schema), rows);
@@ -193,21 +191,18 @@ impl PartitionStream for OneStream {
 async fn run_query(
     coord: &Engine,
     query: squadron_coordinator::coordinator::PlannedQuery,
-) -> Result<impl Stream<Item = Result<RecordBatch, Status>>, Status> {
+) -> Result<impl Stream<Item = Result<RecordBatch, Error>>, Error> {
     let job_id = uuid::Uuid::new_v4().to_string();
     let schema = Arc::clone(&query.schema);
     let stream = coord.execute(&job_id, query).await?;
-    Ok(
-        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
-            .map_err(Status::from)
-            .and_then(move |batch| std::future::ready(as_planned(batch, &schema))),
-    )
+    Ok(decoded_batches(stream)
+        .and_then(move |batch| std::future::ready(as_planned(batch, &schema))))
 }
 
 /// A decoded batch in the planned schema: Flight streams carry
 /// dictionaries hydrated, and the sinks that write these rows (DataFusion's
 /// for COPY) take the batch's columns to be of the schema they were given.
-fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Status> {
+fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Error> {
     if batch.schema().fields() == schema.fields() {
         return Ok(batch);
     }
@@ -223,5 +218,5 @@ fn as_planned(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Sta
         )
         .collect::<Result<Vec<_>, _>>()
         .and_then(|columns| RecordBatch::try_new(Arc::clone(schema), columns));
-    columns.map_err(|e| Status::internal(format!("rows of the planned query: {e}")))
+    columns.map_err(|e| Error::internal(format!("rows of the planned query: {e}")))
 }

@@ -13,15 +13,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::error::FlightError;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
+use squadron_common::error::Error;
 use squadron_exec::write::{read_written, RowFlag, StoredFormat, WriteTarget, Written};
-use tonic::Status;
+use squadron_net::stream::decode::decoded_batches;
 
 use crate::catalog::persisted::{DataFile, Managed};
 use crate::engine::Engine;
@@ -47,13 +46,13 @@ pub struct PendingWrite {
 
 impl PendingWrite {
     /// A write into the table directory `dir`.
-    pub fn start(coord: &Engine, dir: ListingTableUrl) -> Result<Self, Status> {
+    pub fn start(coord: &Engine, dir: ListingTableUrl) -> Result<Self, Error> {
         let catalog = Arc::clone(catalog_of(coord)?);
         let store = coord
             .session()
             .runtime_env()
             .object_store(&dir)
-            .map_err(|e| Status::internal(format!("the store of {dir}: {e}")))?;
+            .map_err(|e| Error::internal(format!("the store of {dir}: {e}")))?;
         let write_id = uuid::Uuid::new_v4().simple().to_string();
         catalog.started_writing(&write_id);
         Ok(Self {
@@ -91,7 +90,7 @@ impl PendingWrite {
 
     /// `written`'s files as the catalog names them (relative to the
     /// table's directory).
-    pub fn data_files(&self, written: &Written) -> Result<Vec<DataFile>, Status> {
+    pub fn data_files(&self, written: &Written) -> Result<Vec<DataFile>, Error> {
         written
             .files
             .iter()
@@ -107,7 +106,7 @@ impl PendingWrite {
                     })
                     .filter(|name| !name.is_empty())
                     .ok_or_else(|| {
-                        Status::internal(format!(
+                        Error::internal(format!(
                             "a task wrote {} outside the table's directory {}",
                             file.location, self.dir
                         ))
@@ -131,7 +130,7 @@ impl PendingWrite {
         ctx: &SessionContext,
         change: Change,
         files: &[DataFile],
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         let ctx = ctx.clone();
         self.finish(files, |catalog| async move {
             catalog.commit_now(&ctx, change, None).await
@@ -146,7 +145,7 @@ impl PendingWrite {
         ctx: &SessionContext,
         table: Managed,
         files: &[DataFile],
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         let ctx = ctx.clone();
         self.finish(files, |catalog| async move {
             catalog.create_temporary(&ctx, table).await
@@ -159,10 +158,10 @@ impl PendingWrite {
         self.committed = Some(names);
     }
 
-    async fn finish<F, R>(mut self, files: &[DataFile], commit: F) -> Result<(), Status>
+    async fn finish<F, R>(mut self, files: &[DataFile], commit: F) -> Result<(), Error>
     where
         F: FnOnce(Arc<WarehouseCatalog>) -> R + Send + 'static,
-        R: std::future::Future<Output = Result<(), Status>> + Send,
+        R: std::future::Future<Output = Result<(), Error>> + Send,
     {
         let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
         tokio::spawn(async move {
@@ -173,7 +172,7 @@ impl PendingWrite {
             result
         })
         .await
-        .map_err(|e| Status::internal(format!("committing: {e}")))?
+        .map_err(|e| Error::internal(format!("committing: {e}")))?
     }
 }
 
@@ -250,10 +249,10 @@ pub struct Append {
 }
 
 impl Append {
-    pub fn start(coord: &Engine, table: Managed) -> Result<Self, Status> {
+    pub fn start(coord: &Engine, table: Managed) -> Result<Self, Error> {
         let schema = table.schema()?;
         let format = StoredFormat::from_name(&table.format)
-            .ok_or_else(|| Status::internal(format!("{}: unknown format", table.name)))?;
+            .ok_or_else(|| Error::internal(format!("{}: unknown format", table.name)))?;
         let dir = catalog_of(coord)?.warehouse().table_url(&table.location)?;
         let write = PendingWrite::start(coord, dir)?;
         let target = write.target(format, &schema, RowFlag::None);
@@ -270,7 +269,7 @@ impl Append {
     }
 
     /// Commits the files `written`; returns their rows.
-    pub async fn commit(self, coord: &Engine, written: &Written) -> Result<u64, Status> {
+    pub async fn commit(self, coord: &Engine, written: &Written) -> Result<u64, Error> {
         let files = self.write.data_files(written)?;
         let change = Change::Append {
             name: self.table.name,
@@ -282,9 +281,9 @@ impl Append {
     }
 }
 
-pub fn catalog_of(coord: &Engine) -> Result<&Arc<WarehouseCatalog>, Status> {
+pub fn catalog_of(coord: &Engine) -> Result<&Arc<WarehouseCatalog>, Error> {
     coord.catalog().ok_or_else(|| {
-        Status::failed_precondition(
+        Error::failed_precondition(
             "this server keeps no tables of its own: start it with --warehouse (or --data-dir) \
              to create tables",
         )
@@ -298,16 +297,14 @@ pub async fn write_rows(
     session: &Arc<Session>,
     rows: Arc<dyn ExecutionPlan>,
     target: WriteTarget,
-) -> Result<Written, Status> {
+) -> Result<Written, Error> {
     let job_id = target.write_id.clone();
     let planned = coord.plan_write(session, rows, target)?;
     let stream = coord.execute(&job_id, planned).await?;
-    let mut batches =
-        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
-            .map_err(Status::from);
+    let mut batches = decoded_batches(stream);
     let mut written = Written::default();
     while let Some(batch) = batches.next().await {
-        let answer = read_written(&batch?).map_err(|e| Status::internal(e.to_string()))?;
+        let answer = read_written(&batch?).map_err(|e| Error::internal(e.to_string()))?;
         written.extend(answer);
     }
     Ok(written)

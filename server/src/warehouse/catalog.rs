@@ -20,8 +20,8 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
+use squadron_common::error::Error;
 use squadron_exec::write::StoredFormat;
-use tonic::Status;
 
 use super::changes::Change;
 use super::janitor::{Janitor, Released};
@@ -171,7 +171,7 @@ impl WarehouseCatalog {
         self: &Arc<Self>,
         ctx: &SessionContext,
         change: Change,
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         self.commit_shown(ctx, change, None).await
     }
 
@@ -183,12 +183,12 @@ impl WarehouseCatalog {
         ctx: &SessionContext,
         change: Change,
         shown: Option<String>,
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         let this = Arc::clone(self);
         let ctx = ctx.clone();
         tokio::spawn(async move { this.commit_now(&ctx, change, shown.as_deref()).await })
             .await
-            .map_err(|e| Status::internal(format!("committing: {e}")))?
+            .map_err(|e| Error::internal(format!("committing: {e}")))?
     }
 
     /// Commits `change` in the calling task (see `commit`); the caller
@@ -198,7 +198,7 @@ impl WarehouseCatalog {
         ctx: &SessionContext,
         change: Change,
         shown: Option<&str>,
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         if let Some(done) = self.change_temporary(ctx, &change).await {
             return done;
         }
@@ -210,7 +210,7 @@ impl WarehouseCatalog {
                 entries: change.apply(&current.entries)?,
             };
             let bytes = serde_json::to_vec_pretty(&next)
-                .map_err(|e| Status::internal(format!("encoding the catalog: {e}")))?;
+                .map_err(|e| Error::internal(format!("encoding the catalog: {e}")))?;
             let written = self.log.write(next.version, bytes).await;
             let outcome = match &written {
                 Ok(()) => "committed",
@@ -235,14 +235,14 @@ impl WarehouseCatalog {
                 Err(WriteError::Failed(status)) => return Err(status),
             }
         }
-        Err(Status::aborted(format!(
+        Err(Error::aborted(format!(
             "the catalog changed {COMMIT_ATTEMPTS} times while this statement committed; run it \
              again"
         )))
     }
 
     /// Takes in a newer version committed elsewhere, if there is one.
-    pub async fn refresh(&self, ctx: &SessionContext) -> Result<(), Status> {
+    pub async fn refresh(&self, ctx: &SessionContext) -> Result<(), Error> {
         let next = self.current().version + 1;
         if !self.log.exists(next).await? {
             return Ok(());
@@ -256,7 +256,7 @@ impl WarehouseCatalog {
     }
 
     /// Old versions beyond the newest `keep` are deleted.
-    pub async fn prune_versions(&self, keep: usize) -> Result<usize, Status> {
+    pub async fn prune_versions(&self, keep: usize) -> Result<usize, Error> {
         self.log.prune(keep).await
     }
 
@@ -270,7 +270,7 @@ impl WarehouseCatalog {
         ctx: &SessionContext,
         next: Version,
         shown: Option<&str>,
-    ) -> Vec<(String, Status)> {
+    ) -> Vec<(String, Error)> {
         let previous = self.current();
         let next = Arc::new(next);
         let failed = reconcile(
@@ -298,7 +298,7 @@ impl WarehouseCatalog {
         &self,
         ctx: &SessionContext,
         change: &Change,
-    ) -> Option<Result<(), Status>> {
+    ) -> Option<Result<(), Error>> {
         let name = match change {
             Change::Append { name, .. } | Change::Rewrite { name, .. } => name,
             Change::Remove { names } if names.len() == 1 => &names[0],
@@ -341,7 +341,7 @@ impl WarehouseCatalog {
         &self,
         ctx: &SessionContext,
         table: Managed,
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         let name = table.name.clone();
         let old = self.temporary_entries(&name);
         let next = vec![Entry::Managed(table.clone())];
@@ -364,16 +364,16 @@ impl WarehouseCatalog {
     }
 }
 
-async fn load_latest(log: &CatalogLog) -> Result<Version, Status> {
+async fn load_latest(log: &CatalogLog) -> Result<Version, Error> {
     let Some(version) = log.latest().await? else {
         return Ok(Version::default());
     };
     let bytes = log.read(version).await?;
     let location = log.location(version);
     let read: Version = serde_json::from_slice(&bytes)
-        .map_err(|e| Status::data_loss(format!("{location} cannot be read: {e}")))?;
+        .map_err(|e| Error::data_loss(format!("{location} cannot be read: {e}")))?;
     if read.version != version {
-        return Err(Status::data_loss(format!(
+        return Err(Error::data_loss(format!(
             "{location} says it is catalog version {}",
             read.version
         )));
@@ -394,7 +394,7 @@ async fn reconcile(
     previous: &[Entry],
     next: &[Entry],
     shown: Option<&str>,
-) -> Vec<(String, Status)> {
+) -> Vec<(String, Error)> {
     let before: HashMap<&str, &Entry> = previous.iter().map(|e| (e.name(), e)).collect();
     let after: HashSet<&str> = next.iter().map(Entry::name).collect();
     for gone in previous.iter().filter(|e| !after.contains(e.name())) {
@@ -435,7 +435,7 @@ async fn show(
     ctx: &SessionContext,
     entry: &Entry,
     old: Option<&Entry>,
-) -> Result<(), Status> {
+) -> Result<(), Error> {
     match entry {
         Entry::Managed(table) => {
             let old = match old {
@@ -471,7 +471,7 @@ async fn show_managed(
     ctx: &SessionContext,
     table: &Managed,
     old: Option<&Managed>,
-) -> Result<(), Status> {
+) -> Result<(), Error> {
     let name = table.name.as_str();
     let registered = ctx.table_provider(name).await.ok();
     if let (Some(old), Some(provider)) = (old, &registered) {
@@ -490,7 +490,7 @@ async fn show_managed(
     }
     ctx.register_table(name, provider)
         .map(|_| ())
-        .map_err(|e| Status::internal(format!("registering {name}: {e}")))
+        .map_err(|e| Error::internal(format!("registering {name}: {e}")))
 }
 
 /// The provider of created table `table`.
@@ -498,9 +498,9 @@ pub fn managed_table(
     warehouse: &Warehouse,
     ctx: &SessionContext,
     table: &Managed,
-) -> Result<Arc<dyn TableProvider>, Status> {
+) -> Result<Arc<dyn TableProvider>, Error> {
     let format = StoredFormat::from_name(&table.format).ok_or_else(|| {
-        Status::internal(format!(
+        Error::internal(format!(
             "{}: unknown stored format {:?}",
             table.name, table.format
         ))
@@ -514,7 +514,7 @@ pub fn managed_table(
         defaults: table
             .declared()
             .default_exprs(ctx)
-            .map_err(|e| Status::internal(format!("the defaults of {}: {e}", table.name)))?,
+            .map_err(|e| Error::internal(format!("the defaults of {}: {e}", table.name)))?,
     };
     let files = FileSet {
         files: table.files.clone(),

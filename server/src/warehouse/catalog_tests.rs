@@ -178,7 +178,11 @@ async fn a_commit_that_fails_changes_nothing_shown_or_kept() {
 
     store.failing.store(true, Ordering::SeqCst);
     let err = catalog.commit(&ctx, append("t", &["b"])).await.unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
+    assert_eq!(
+        err.kind(),
+        squadron_common::error::ErrorKind::Unavailable,
+        "{err}"
+    );
     let drop = Change::Remove {
         names: vec!["t".into()],
     };
@@ -255,7 +259,7 @@ async fn a_dropped_table_goes_and_a_replaced_one_reads_its_own_files() {
         .commit(&ctx, create(&["b"], false))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::AlreadyExists);
+    assert_eq!(err.kind(), squadron_common::error::ErrorKind::AlreadyExists);
     catalog.commit(&ctx, create(&["b"], true)).await.unwrap();
     assert_eq!(registered_files(&ctx, "t").await.unwrap(), vec!["b"]);
     let drop = Change::Remove {

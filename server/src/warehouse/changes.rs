@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 
-use tonic::Status;
+use squadron_common::error::Error;
 
 use crate::catalog::persisted::{DataFile, Entry, Managed};
 
@@ -44,14 +44,14 @@ pub enum Change {
 
 impl Change {
     /// The catalog `entries` with this change made.
-    pub fn apply(&self, entries: &[Entry]) -> Result<Vec<Entry>, Status> {
+    pub fn apply(&self, entries: &[Entry]) -> Result<Vec<Entry>, Error> {
         let mut next = entries.to_vec();
         let position = |name: &str| next.iter().position(|e| e.name() == name);
         match self {
             Change::Create { table, replace } => {
                 if let Some(i) = position(&table.name) {
                     if !replace {
-                        return Err(Status::already_exists(format!(
+                        return Err(Error::already_exists(format!(
                             "Execution error: Table '{}' already exists",
                             table.name
                         )));
@@ -73,7 +73,7 @@ impl Change {
                 let table = managed(&mut next, name, id, "rewrite")?;
                 let current: HashSet<&str> = table.files.iter().map(|f| f.name.as_str()).collect();
                 if let Some(gone) = removed.iter().find(|f| !current.contains(f.as_str())) {
-                    return Err(Status::aborted(format!(
+                    return Err(Error::aborted(format!(
                         "{name} was changed by another statement while this one ran (its file \
                          {gone} was rewritten or removed); run the statement again"
                     )));
@@ -102,17 +102,17 @@ fn managed<'a>(
     name: &str,
     id: &str,
     statement: &str,
-) -> Result<&'a mut Managed, Status> {
+) -> Result<&'a mut Managed, Error> {
     let found = entries.iter_mut().find_map(|e| match e {
         Entry::Managed(table) if table.name == name => Some(table),
         _ => None,
     });
     match found {
         Some(table) if table.id == id => Ok(table),
-        Some(_) => Err(Status::aborted(format!(
+        Some(_) => Err(Error::aborted(format!(
             "{name} was replaced by another statement while this {statement} ran; run it again"
         ))),
-        None => Err(Status::not_found(format!(
+        None => Err(Error::not_found(format!(
             "{name} was dropped while this {statement} ran"
         ))),
     }
@@ -121,6 +121,7 @@ fn managed<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use squadron_common::error::ErrorKind;
 
     fn file(name: &str) -> DataFile {
         DataFile {
@@ -189,7 +190,7 @@ mod tests {
         };
         let first = rewrite("x").apply(&start).unwrap();
         let err = rewrite("y").apply(&first).unwrap_err();
-        assert_eq!(err.code(), tonic::Code::Aborted, "{err}");
+        assert_eq!(err.kind(), ErrorKind::Aborted, "{err}");
     }
 
     #[test]
@@ -207,8 +208,8 @@ mod tests {
             files: vec![file("b")],
         };
         assert_eq!(
-            insert.apply(&replaced).unwrap_err().code(),
-            tonic::Code::Aborted
+            insert.apply(&replaced).unwrap_err().kind(),
+            ErrorKind::Aborted
         );
         let dropped = Change::Remove {
             names: vec!["t".into()],
@@ -216,16 +217,16 @@ mod tests {
         .apply(&start)
         .unwrap();
         assert_eq!(
-            insert.apply(&dropped).unwrap_err().code(),
-            tonic::Code::NotFound
+            insert.apply(&dropped).unwrap_err().kind(),
+            ErrorKind::NotFound
         );
         let again = Change::Create {
             table: table("t", "3", &[]),
             replace: false,
         };
         assert_eq!(
-            again.apply(&start).unwrap_err().code(),
-            tonic::Code::AlreadyExists
+            again.apply(&start).unwrap_err().kind(),
+            ErrorKind::AlreadyExists
         );
     }
 

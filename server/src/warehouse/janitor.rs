@@ -11,9 +11,9 @@ use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
-use tonic::Status;
+use squadron_common::error::Error;
 
-use super::log::store_status;
+use super::log::store_error;
 
 /// Files a commit stopped naming, in one table directory.
 #[derive(Debug, Clone)]
@@ -109,15 +109,15 @@ impl Janitor {
         }
     }
 
-    async fn delete(&self, released: &Released) -> Result<(), Status> {
+    async fn delete(&self, released: &Released) -> Result<(), Error> {
         let store = self
             .runtime
             .object_store(&released.dir)
-            .map_err(|e| Status::internal(e.to_string()))?;
+            .map_err(|e| Error::internal(e.to_string()))?;
         for path in released.paths() {
             match store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(store_status("deleting a released file", &e)),
+                Err(e) => return Err(store_error("deleting a released file", &e)),
             }
         }
         if released.dropped && released.dir.scheme() == "file" {

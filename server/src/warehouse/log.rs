@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use object_store::{PutMode, PutOptions, PutPayload};
-use tonic::Status;
+use squadron_common::error::Error;
 
 use super::Warehouse;
 
@@ -27,7 +27,7 @@ pub enum WriteError {
     /// Another commit wrote this version first.
     Conflict,
     /// The store failed (full, unreachable, refused).
-    Failed(Status),
+    Failed(Error),
 }
 
 /// The catalog versions of one warehouse.
@@ -45,24 +45,24 @@ fn version_of(name: &str) -> Option<u64> {
     name.strip_prefix('v')?.strip_suffix(".json")?.parse().ok()
 }
 
-/// A store failure as the status a client reads: out of space is
+/// A store failure as the error a client reads: out of space is
 /// RESOURCE_EXHAUSTED, a refusal PERMISSION_DENIED, and a store that could
 /// not be reached or failed (network errors, server errors after the
 /// retries) UNAVAILABLE.
-pub fn store_status(what: &str, e: &object_store::Error) -> Status {
+pub fn store_error(what: &str, e: &object_store::Error) -> Error {
     let message = format!("{what}: {e}");
     match e {
-        object_store::Error::NotFound { .. } => Status::not_found(message),
+        object_store::Error::NotFound { .. } => Error::not_found(message),
         object_store::Error::PermissionDenied { .. }
-        | object_store::Error::Unauthenticated { .. } => Status::permission_denied(message),
+        | object_store::Error::Unauthenticated { .. } => Error::permission_denied(message),
         object_store::Error::Generic { source, .. } => match io_kind(source.as_ref()) {
             Some(std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) => {
-                Status::resource_exhausted(message)
+                Error::resource_exhausted(message)
             }
-            Some(std::io::ErrorKind::PermissionDenied) => Status::permission_denied(message),
-            _ => Status::unavailable(message),
+            Some(std::io::ErrorKind::PermissionDenied) => Error::permission_denied(message),
+            _ => Error::unavailable(message),
         },
-        _ => Status::internal(message),
+        _ => Error::internal(message),
     }
 }
 
@@ -78,14 +78,14 @@ fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKi
     None
 }
 
-fn io_status(what: &str, e: &std::io::Error) -> Status {
+fn io_error(what: &str, e: &std::io::Error) -> Error {
     let message = format!("{what}: {e}");
     match e.kind() {
         std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-            Status::resource_exhausted(message)
+            Error::resource_exhausted(message)
         }
-        std::io::ErrorKind::PermissionDenied => Status::permission_denied(message),
-        _ => Status::internal(message),
+        std::io::ErrorKind::PermissionDenied => Error::permission_denied(message),
+        _ => Error::internal(message),
     }
 }
 
@@ -105,7 +105,7 @@ impl CatalogLog {
     }
 
     /// Every version kept, oldest first.
-    pub async fn versions(&self) -> Result<Vec<u64>, Status> {
+    pub async fn versions(&self) -> Result<Vec<u64>, Error> {
         let dir = self.warehouse.path(DIR);
         let listed: Vec<_> = self
             .warehouse
@@ -113,7 +113,7 @@ impl CatalogLog {
             .list(Some(&dir))
             .try_collect()
             .await
-            .map_err(|e| store_status("listing the catalog versions", &e))?;
+            .map_err(|e| store_error("listing the catalog versions", &e))?;
         let mut versions: Vec<u64> = listed
             .iter()
             .filter_map(|meta| meta.location.filename().and_then(version_of))
@@ -123,29 +123,29 @@ impl CatalogLog {
     }
 
     /// The newest version, if any was committed.
-    pub async fn latest(&self) -> Result<Option<u64>, Status> {
+    pub async fn latest(&self) -> Result<Option<u64>, Error> {
         Ok(self.versions().await?.last().copied())
     }
 
     /// Whether `version` was committed.
-    pub async fn exists(&self, version: u64) -> Result<bool, Status> {
+    pub async fn exists(&self, version: u64) -> Result<bool, Error> {
         match self.warehouse.store().head(&self.path(version)).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(store_status("reading the catalog", &e)),
+            Err(e) => Err(store_error("reading the catalog", &e)),
         }
     }
 
-    pub async fn read(&self, version: u64) -> Result<Bytes, Status> {
+    pub async fn read(&self, version: u64) -> Result<Bytes, Error> {
         let what = format!("reading catalog version {version}");
         self.warehouse
             .store()
             .get(&self.path(version))
             .await
-            .map_err(|e| store_status(&what, &e))?
+            .map_err(|e| store_error(&what, &e))?
             .bytes()
             .await
-            .map_err(|e| store_status(&what, &e))
+            .map_err(|e| store_error(&what, &e))
     }
 
     /// Writes `version`, unless it exists.
@@ -154,7 +154,7 @@ impl CatalogLog {
             let dir = dir.join(DIR);
             return tokio::task::spawn_blocking(move || write_synced(&dir, version, &bytes))
                 .await
-                .map_err(|e| WriteError::Failed(Status::internal(e.to_string())))?;
+                .map_err(|e| WriteError::Failed(Error::internal(e.to_string())))?;
         }
         let options = PutOptions {
             mode: PutMode::Create,
@@ -171,7 +171,7 @@ impl CatalogLog {
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
             ) => Err(WriteError::Conflict),
-            Err(e) => Err(WriteError::Failed(store_status(
+            Err(e) => Err(WriteError::Failed(store_error(
                 &format!("committing catalog version {version}"),
                 &e,
             ))),
@@ -180,13 +180,13 @@ impl CatalogLog {
 
     /// Deletes the versions before the `keep` newest; they are no longer
     /// read (a coordinator reads the newest).
-    pub async fn prune(&self, keep: usize) -> Result<usize, Status> {
+    pub async fn prune(&self, keep: usize) -> Result<usize, Error> {
         let versions = self.versions().await?;
         let old = versions.len().saturating_sub(keep);
         for version in &versions[..old] {
             match self.warehouse.store().delete(&self.path(*version)).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(store_status("deleting an old catalog version", &e)),
+                Err(e) => return Err(store_error("deleting an old catalog version", &e)),
             }
         }
         Ok(old)
@@ -199,7 +199,7 @@ impl CatalogLog {
 fn write_synced(dir: &std::path::Path, version: u64, bytes: &[u8]) -> Result<(), WriteError> {
     use std::io::Write;
     let what = format!("committing catalog version {version}");
-    let failed = |e: std::io::Error| WriteError::Failed(io_status(&what, &e));
+    let failed = |e: std::io::Error| WriteError::Failed(io_error(&what, &e));
     std::fs::create_dir_all(dir).map_err(failed)?;
     let tmp = dir.join(format!(
         ".{}.{}.tmp",

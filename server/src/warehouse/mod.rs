@@ -38,7 +38,7 @@ use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use object_store::path::Path;
 use object_store::ObjectStore;
-use tonic::Status;
+use squadron_common::error::Error;
 use url::Url;
 
 pub use catalog::WarehouseCatalog;
@@ -124,7 +124,7 @@ impl Warehouse {
     /// The directory URL of a table `location` as the catalog keeps it:
     /// relative to the warehouse, or absolute (a path of a catalog from
     /// before the warehouse, or another URL).
-    pub fn table_url(&self, location: &str) -> Result<ListingTableUrl, Status> {
+    pub fn table_url(&self, location: &str) -> Result<ListingTableUrl, Error> {
         let url = if location.contains("://") || location.starts_with('/') {
             squadron_exec::write::location_url(location)
         } else {
@@ -133,9 +133,9 @@ impl Warehouse {
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .and_then(|u| squadron_exec::write::location_url(u.as_str()))
         }
-        .map_err(|e| Status::internal(format!("table location {location}: {e}")))?;
+        .map_err(|e| Error::internal(format!("table location {location}: {e}")))?;
         ListingTableUrl::parse(url.as_str())
-            .map_err(|e| Status::internal(format!("table location {location}: {e}")))
+            .map_err(|e| Error::internal(format!("table location {location}: {e}")))
     }
 }
 

@@ -22,10 +22,10 @@ use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
+use squadron_common::error::Error;
 use squadron_exec::write::WriteTarget;
-use tonic::Status;
 
-use super::log::store_status;
+use super::log::store_error;
 use super::WarehouseCatalog;
 use crate::catalog::persisted::Entry;
 
@@ -47,7 +47,7 @@ pub struct Swept {
 
 /// Deletes the files under the warehouse's table areas that `catalog`
 /// names nowhere and nobody writes (see the module comment).
-pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Status> {
+pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Error> {
     let warehouse = catalog.warehouse();
     let options = catalog.janitor().options();
     // Writes first, then the version: a write that ends between the two
@@ -86,7 +86,7 @@ pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Status> {
             .list(Some(&warehouse.path(area)))
             .try_collect()
             .await
-            .map_err(|e| store_status("listing the warehouse", &e))?;
+            .map_err(|e| store_error("listing the warehouse", &e))?;
         for file in listed {
             let name = file.location.filename().unwrap_or_default();
             let being_written = writing
@@ -97,7 +97,7 @@ pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Status> {
             }
             match warehouse.store().delete(&file.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => swept.files += 1,
-                Err(e) => return Err(store_status("deleting an unnamed file", &e)),
+                Err(e) => return Err(store_error("deleting an unnamed file", &e)),
             }
         }
     }

@@ -39,6 +39,7 @@ use delta_kernel_default_engine::executor::tokio::TokioMultiThreadExecutor;
 use delta_kernel_default_engine::{DefaultEngine, DefaultEngineBuilder};
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore};
+use squadron_common::error::Error;
 use url::Url;
 
 use skipping::skipping_predicate;
@@ -348,9 +349,9 @@ async fn read_snapshot(root: &Url, store: &Arc<dyn ObjectStore>) -> Result<Snaps
             DataFusionError::External(inner)
                 if matches!(inner.downcast_ref(), Some(KernelError::EmptyLog)) =>
             {
-                DataFusionError::Plan(format!(
+                DataFusionError::External(Box::new(Error::not_found(format!(
                     "Delta table not found at {root}: no _delta_log there"
-                ))
+                ))))
             }
             other => other,
         })
@@ -382,9 +383,9 @@ fn kernel_error(error: KernelError) -> DataFusionError {
         KernelError::Backtraced { source, .. } => kernel_error(*source),
         KernelError::ObjectStore(e) => DataFusionError::ObjectStore(Box::new(e)),
         KernelError::Unsupported(text) => DataFusionError::NotImplemented(text),
-        KernelError::FileNotFound(text) => {
-            DataFusionError::Plan(format!("Delta table file not found: {text}"))
-        }
+        KernelError::FileNotFound(text) => DataFusionError::External(Box::new(Error::not_found(
+            format!("Delta table file not found: {text}"),
+        ))),
         other => DataFusionError::External(Box::new(other)),
     }
 }
