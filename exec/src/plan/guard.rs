@@ -19,7 +19,7 @@ use datafusion::datasource::physical_plan::{FileSink, FileSinkConfig};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::ExecutionPlan;
-use tonic::Status;
+use squadron_common::error::Error;
 
 use crate::write::{SinkWriteExec, TableWriteExec};
 
@@ -99,9 +99,9 @@ impl DataRoots {
 
 /// Refuses `plan` with PERMISSION_DENIED if it writes files other than a
 /// created table's, or outside `roots`, or reads a file outside them.
-pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<(), Status> {
+pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<(), Error> {
     if plan.downcast_ref::<DataSinkExec>().is_some() {
-        return Err(Status::permission_denied(
+        return Err(Error::permission_denied(
             "task plans do not write files on workers",
         ));
     }
@@ -110,7 +110,7 @@ pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<()
     }
     if let Some(write) = plan.downcast_ref::<SinkWriteExec>() {
         let Some(config) = file_sink_config(write.sink().sink()) else {
-            return Err(Status::permission_denied(
+            return Err(Error::permission_denied(
                 "task plans write only through DataFusion's file sinks",
             ));
         };
@@ -127,7 +127,7 @@ pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<()
                 let location = file.object_meta.location.as_ref();
                 let url = format!("{store}{separator}{location}");
                 if !roots.allows(&url) || has_parent_step(location) {
-                    return Err(Status::permission_denied(format!(
+                    return Err(Error::permission_denied(format!(
                         "the plan reads {url}, outside this worker's --data-root"
                     )));
                 }
@@ -140,11 +140,11 @@ pub fn check_plan(plan: &Arc<dyn ExecutionPlan>, roots: &DataRoots) -> Result<()
     Ok(())
 }
 
-fn check_write(url: &str, roots: &DataRoots) -> Result<(), Status> {
+fn check_write(url: &str, roots: &DataRoots) -> Result<(), Error> {
     if roots.allows_writing(url) {
         return Ok(());
     }
-    Err(Status::permission_denied(format!(
+    Err(Error::permission_denied(format!(
         "the plan writes {url}, outside this worker's --data-root and --warehouse"
     )))
 }
@@ -191,6 +191,7 @@ fn has_parent_step(location: &str) -> bool {
 mod tests {
     use super::*;
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
+    use squadron_common::error::ErrorKind;
 
     async fn scan_plan(path: &Path) -> Arc<dyn ExecutionPlan> {
         let ctx = SessionContext::new();
@@ -225,7 +226,7 @@ mod tests {
         check_plan(&ok, &allowed).unwrap();
         let bad = scan_plan(&write_parquet(outside.path())).await;
         let err = check_plan(&bad, &allowed).unwrap_err();
-        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
         // Without roots, anything may be read.
         check_plan(&bad, &DataRoots::default()).unwrap();
         // A root is a directory, not a name prefix.

@@ -18,9 +18,9 @@ use std::time::Duration;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use datafusion::arrow::datatypes::SchemaRef;
+use squadron_common::error::Error;
 use squadron_proto::StreamKey;
 use tokio::sync::Notify;
-use tonic::Status;
 
 use super::channel::OutputReader;
 use squadron_net::stream::StreamSecret;
@@ -59,7 +59,7 @@ impl StreamManager {
         streams: Vec<(StreamKey, OutputReader)>,
         schema: &SchemaRef,
         secret: &StreamSecret,
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         let mut registered = Vec::with_capacity(streams.len());
         for (key, reader) in streams {
             // The entry guard locks its shard: it must be gone before the
@@ -77,7 +77,7 @@ impl StreamManager {
             };
             if !inserted {
                 self.drop_keys(&registered);
-                return Err(Status::already_exists(format!(
+                return Err(Error::already_exists(format!(
                     "task stream {key} is already registered"
                 )));
             }
@@ -99,7 +99,7 @@ impl StreamManager {
         &self,
         key: &StreamKey,
         signature: Option<&[u8]>,
-    ) -> Result<Option<PendingStream>, Status> {
+    ) -> Result<Option<PendingStream>, Error> {
         let Some(signature) = signature else {
             return Ok(self.take(key));
         };
@@ -120,7 +120,7 @@ impl StreamManager {
             match verifies {
                 None => return Ok(None),
                 Some(false) => {
-                    return Err(Status::permission_denied(format!(
+                    return Err(Error::permission_denied(format!(
                         "the ticket for task stream {key} is not signed by its job"
                     )))
                 }
@@ -136,7 +136,7 @@ impl StreamManager {
         key: &StreamKey,
         within: Duration,
         signature: Option<&[u8]>,
-    ) -> Result<Option<PendingStream>, Status> {
+    ) -> Result<Option<PendingStream>, Error> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             // Listen before looking, so a registration in between is not
@@ -183,6 +183,7 @@ mod tests {
     use crate::stream::channel::output_channels;
     use datafusion::arrow::datatypes::Schema;
     use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, UnboundedMemoryPool};
+    use squadron_common::error::ErrorKind;
 
     fn key(job: &str, attempt: u32, channel: u32) -> StreamKey {
         StreamKey {
@@ -274,7 +275,7 @@ mod tests {
                 &secret(),
             )
             .unwrap_err();
-        assert_eq!(err.code(), tonic::Code::AlreadyExists);
+        assert_eq!(err.kind(), ErrorKind::AlreadyExists);
         assert_eq!(
             m.len(),
             1,
@@ -299,7 +300,7 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
         assert_eq!(m.len(), 1, "the stream waits for its rightful reader");
         let signed = job.sign(&key("j", 0, 0));
         let taken = m

@@ -7,7 +7,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, IntervalUnit, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
-use tonic::Status;
+use squadron_common::error::Error;
 
 /// The format of a created table's part files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ fn parquet_holds(data_type: &DataType) -> bool {
 
 /// Refuses a column no file format holds: a dictionary whose values are
 /// dictionaries (neither Parquet nor Arrow IPC encodes one).
-pub fn check_storable(schema: &Schema) -> Result<(), Status> {
+pub fn check_storable(schema: &Schema) -> Result<(), Error> {
     fn nested_dictionary(data_type: &DataType) -> bool {
         match data_type {
             DataType::Dictionary(_, values) => {
@@ -91,7 +91,7 @@ pub fn check_storable(schema: &Schema) -> Result<(), Status> {
         .iter()
         .find(|f| nested_dictionary(f.data_type()))
     {
-        Some(field) => Err(Status::unimplemented(format!(
+        Some(field) => Err(Error::unimplemented(format!(
             "column {} ({}): a dictionary of dictionaries cannot be stored in a table's files",
             field.name(),
             field.data_type()
@@ -109,7 +109,7 @@ pub fn as_table_rows(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBat
         return Ok(batch);
     }
     let invalid =
-        |message: String| DataFusionError::External(Box::new(Status::invalid_argument(message)));
+        |message: String| DataFusionError::External(Box::new(Error::invalid_argument(message)));
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (i, (field, column)) in schema.fields().iter().zip(batch.columns()).enumerate() {
         if !field.is_nullable() && column.null_count() > 0 {
@@ -136,6 +136,7 @@ mod tests {
     use super::*;
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::Field;
+    use squadron_common::error::ErrorKind;
 
     #[test]
     fn a_type_parquet_cannot_hold_goes_to_arrow_ipc() {
@@ -158,7 +159,7 @@ mod tests {
         let nested = DataType::Dictionary(Box::new(DataType::Int32), Box::new(utf8.clone()));
         assert!(check_storable(&Schema::new(vec![Field::new("d", utf8, true)])).is_ok());
         let err = check_storable(&Schema::new(vec![Field::new("n", nested, true)])).unwrap_err();
-        assert_eq!(err.code(), tonic::Code::Unimplemented);
+        assert_eq!(err.kind(), ErrorKind::Unimplemented);
         assert!(err.message().contains("column n"), "{}", err.message());
     }
 

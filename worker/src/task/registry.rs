@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+use squadron_common::error::Error;
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 
 /// A task attempt: job, stage, partition, attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -58,9 +58,9 @@ impl Drop for TaskEntry {
 
 impl TaskRegistry {
     /// Reserves the entry of a new task; refused while that attempt runs.
-    pub fn reserve(&self, key: AttemptKey) -> Result<TaskEntry, Status> {
+    pub fn reserve(&self, key: AttemptKey) -> Result<TaskEntry, Error> {
         match self.running.entry(key.clone()) {
-            Entry::Occupied(_) => Err(Status::already_exists(format!(
+            Entry::Occupied(_) => Err(Error::already_exists(format!(
                 "task {key} is already running on this worker"
             ))),
             Entry::Vacant(slot) => {
@@ -110,6 +110,7 @@ impl TaskRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use squadron_common::error::ErrorKind;
 
     fn key(attempt: u32) -> AttemptKey {
         AttemptKey {
@@ -125,7 +126,7 @@ mod tests {
         let registry = TaskRegistry::default();
         let entry = registry.reserve(key(0)).unwrap();
         let err = registry.reserve(key(0)).err().expect("duplicate refused");
-        assert_eq!(err.code(), tonic::Code::AlreadyExists);
+        assert_eq!(err.kind(), ErrorKind::AlreadyExists);
         assert!(registry.reserve(key(1)).is_ok(), "another attempt is fine");
         assert_eq!(registry.len(), 1, "the dropped entry of attempt 1 is gone");
         drop(entry);

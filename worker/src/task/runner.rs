@@ -15,12 +15,12 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::FutureExt;
+use squadron_common::error::Error;
 use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::{RunTaskRequest, StageInput, TaskKey, TaskState, TaskStatus};
 use squadron_proto::{StreamKey, PROTOCOL_VERSION};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 
 use super::failpoint::{Failpoint, Fault};
 use super::missing_files::missing_file;
@@ -117,7 +117,7 @@ impl TaskRunner {
 
     /// Checks and decodes a request; reserves the task and registers its
     /// output streams.
-    pub fn prepare(&self, request: RunTaskRequest) -> Result<PreparedTask, Status> {
+    pub fn prepare(&self, request: RunTaskRequest) -> Result<PreparedTask, Error> {
         check_versions(&request)?;
         let fault = self.failpoint.as_ref().and_then(|f| f.on_task());
         if fault == Some(Fault::Crash) {
@@ -128,11 +128,11 @@ impl TaskRunner {
             .key
             .as_ref()
             .filter(|k| !k.job_id.is_empty())
-            .ok_or_else(|| Status::invalid_argument("RunTask needs a task key with a job id"))?;
+            .ok_or_else(|| Error::invalid_argument("RunTask needs a task key with a job id"))?;
         let definition = request
             .definition
             .as_ref()
-            .ok_or_else(|| Status::invalid_argument("RunTask needs a task definition"))?;
+            .ok_or_else(|| Error::invalid_argument("RunTask needs a task definition"))?;
         let secret = StreamSecret::from_request(&request.stream_secret)?;
         let output = definition.output.unwrap_or_default();
         let channels = output.channels.max(1) as usize;
@@ -146,7 +146,7 @@ impl TaskRunner {
             .stage_plans
             .get_or_decode(stage, &definition.plan, || {
                 let plan = decode_plan(&definition.plan, &task_ctx).map_err(|e| {
-                    Status::invalid_argument(format!("cannot decode the task plan: {e}"))
+                    Error::invalid_argument(format!("cannot decode the task plan: {e}"))
                 })?;
                 check_plan(&plan, &self.data_roots)?;
                 Ok(plan)
@@ -160,24 +160,24 @@ impl TaskRunner {
             &secret,
             self,
         )
-        .map_err(|e| Status::invalid_argument(format!("cannot bind task inputs: {e}")))?;
+        .map_err(|e| Error::invalid_argument(format!("cannot bind task inputs: {e}")))?;
         let plan = bind_writes(plan, request.attempt)
-            .map_err(|e| Status::invalid_argument(format!("cannot bind task writes: {e}")))?;
+            .map_err(|e| Error::invalid_argument(format!("cannot bind task writes: {e}")))?;
         let partition = key.partition as usize;
 
         let (plan, router) = match output.kind() {
             Kind::Single if channels == 1 => (plan, Router::Single),
-            Kind::Single => return Err(Status::invalid_argument("SINGLE output has one channel")),
+            Kind::Single => return Err(Error::invalid_argument("SINGLE output has one channel")),
             Kind::Broadcast => (plan, Router::Broadcast),
             Kind::Repartition => {
                 let Some(repartition) = plan.downcast_ref::<RepartitionExec>() else {
-                    return Err(Status::invalid_argument(
+                    return Err(Error::invalid_argument(
                         "REPARTITION output needs a RepartitionExec plan root",
                     ));
                 };
                 let partitioning = repartition.partitioning().clone();
                 if partitioning.partition_count() != channels {
-                    return Err(Status::invalid_argument(format!(
+                    return Err(Error::invalid_argument(format!(
                         "repartition to {} partitions but {channels} channels",
                         partitioning.partition_count()
                     )));
@@ -185,7 +185,7 @@ impl TaskRunner {
                 let input = Arc::clone(repartition.input());
                 let inputs = input.output_partitioning().partition_count();
                 let router = Router::repartition(partitioning, partition, inputs)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                    .map_err(|e| Error::invalid_argument(e.to_string()))?;
                 (input, router)
             }
         };
@@ -198,7 +198,7 @@ impl TaskRunner {
             datafusion::physical_plan::displayable(plan.as_ref()).indent(true)
         );
         if partition >= partitions {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::invalid_argument(format!(
                 "task partition {partition} but the stage has {partitions}"
             )));
         }
@@ -323,7 +323,7 @@ impl TaskRunner {
     fn task_context(
         &self,
         settings: &std::collections::HashMap<String, String>,
-    ) -> Result<Arc<TaskContext>, Status> {
+    ) -> Result<Arc<TaskContext>, Error> {
         if settings.is_empty() {
             return Ok(self.ctx.task_ctx());
         }
@@ -332,23 +332,23 @@ impl TaskRunner {
             config
                 .options_mut()
                 .set(key, value)
-                .map_err(|e| Status::invalid_argument(format!("setting {key}={value}: {e}")))?;
+                .map_err(|e| Error::invalid_argument(format!("setting {key}={value}: {e}")))?;
         }
         let mut state = SessionStateBuilder::new_from_existing(self.ctx.state())
             .with_config(distributable(config))
             .build();
         refresh_configured_functions(&mut state)
-            .map_err(|e| Status::invalid_argument(format!("applying the query's settings: {e}")))?;
+            .map_err(|e| Error::invalid_argument(format!("applying the query's settings: {e}")))?;
         Ok(state.task_ctx())
     }
 }
 
 /// Refuses a task from a coordinator of another protocol or engine build:
 /// hash shuffles are only correct when every process hashes identically.
-fn check_versions(request: &RunTaskRequest) -> Result<(), Status> {
+fn check_versions(request: &RunTaskRequest) -> Result<(), Error> {
     let ours = engine_build();
     if request.protocol_version != PROTOCOL_VERSION || request.engine_build != ours {
-        return Err(Status::failed_precondition(format!(
+        return Err(Error::failed_precondition(format!(
             "version mismatch: the coordinator speaks protocol {} with engine {:?}, \
              this worker protocol {PROTOCOL_VERSION} with engine {ours:?}",
             request.protocol_version, request.engine_build

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use datafusion::physical_plan::ExecutionPlan;
-use tonic::Status;
+use squadron_common::error::Error;
 
 /// One attempt of one stage of one job.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -54,8 +54,8 @@ impl StagePlans {
         &self,
         stage: StageAttempt,
         encoded: &[u8],
-        decode: impl FnOnce() -> Result<Arc<dyn ExecutionPlan>, Status>,
-    ) -> Result<(Arc<dyn ExecutionPlan>, StagePlanLease), Status> {
+        decode: impl FnOnce() -> Result<Arc<dyn ExecutionPlan>, Error>,
+    ) -> Result<(Arc<dyn ExecutionPlan>, StagePlanLease), Error> {
         let slot = self.slot(stage, encoded);
         let mut plan = lock(&slot.plan);
         let decoded = match plan.as_ref() {
@@ -127,6 +127,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    use squadron_common::error::ErrorKind;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use datafusion::arrow::datatypes::Schema;
@@ -199,9 +200,9 @@ mod tests {
     fn a_failed_decode_is_not_kept() {
         let plans = StagePlans::default();
         let failed = plans.get_or_decode(stage(1, 0), b"bad", || {
-            Err(Status::invalid_argument("cannot decode"))
+            Err(Error::invalid_argument("cannot decode"))
         });
-        assert_eq!(failed.err().unwrap().code(), tonic::Code::InvalidArgument);
+        assert_eq!(failed.err().unwrap().kind(), ErrorKind::InvalidArgument);
         assert!(plans.is_empty());
     }
 }
