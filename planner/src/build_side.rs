@@ -319,7 +319,7 @@ mod tests {
         let shared: Vec<_> = graph
             .stages
             .iter()
-            .filter(|s| s.output == StageOutput::Broadcast { channels: 3 })
+            .filter(|s| s.output() == StageOutput::Broadcast { channels: 3 })
             .collect();
         assert_eq!(shared.len(), 1, "{shown}");
         let reads = |stage: &Stage| {

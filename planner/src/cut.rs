@@ -76,9 +76,8 @@ pub fn cut_into_stages(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     cutter.stages.push(Stage {
         id: final_id,
         inputs: read_stages(&root),
-        plan: root,
+        plan: Stage::rooted(root, StageOutput::JobOutput)?,
         tasks,
-        output: StageOutput::JobOutput,
         encoded: Default::default(),
     });
     let mut stages = cutter.stages;
@@ -230,7 +229,7 @@ impl Cutter {
             Arc::clone(plan),
             tasks,
             StageOutput::Repartition { channels },
-        );
+        )?;
         let read = StageReadExec::new(id as u32, ReadMode::Shuffle, channels, plan.schema());
         let hashed = hash_partition_columns(plan.output_partitioning(), channels);
         Ok(Arc::new(
@@ -275,7 +274,7 @@ impl Cutter {
         // The channel count is set once the readers are known (`readers`).
         let constants = constants_of(&input);
         let hashed = hash_partition_columns(input.output_partitioning(), tasks);
-        let id = self.push_stage(input, tasks, StageOutput::Broadcast { channels: 1 });
+        let id = self.push_stage(input, tasks, StageOutput::Broadcast { channels: 1 })?;
         let read = StageReadExec::new(id as u32, ReadMode::Merge, tasks, schema);
         let read = Arc::new(read.with_constants(&constants)?.hashed_on(&hashed)?);
         #[allow(deprecated)]
@@ -287,17 +286,16 @@ impl Cutter {
         plan: Arc<dyn ExecutionPlan>,
         tasks: usize,
         output: StageOutput,
-    ) -> usize {
+    ) -> Result<usize> {
         let id = self.stages.len();
         self.stages.push(Stage {
             id,
             inputs: read_stages(&plan),
-            plan,
+            plan: Stage::rooted(plan, output)?,
             tasks,
-            output,
             encoded: Default::default(),
         });
-        id
+        Ok(id)
     }
 }
 

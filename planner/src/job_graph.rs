@@ -3,35 +3,63 @@
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::common::{internal_err, Result};
 use datafusion::physical_plan::{displayable, ExecutionPlan};
-
-/// How a stage's tasks split their output into channels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StageOutput {
-    /// Read by the coordinator's job output: one channel per task.
-    JobOutput,
-    /// The stage root is the RepartitionExec cut at; rows go to `channels`
-    /// channels by its partitioning (hash or round robin).
-    Repartition { channels: usize },
-    /// Every task's output goes whole to each of `channels` consumer tasks
-    /// (one channel, `channels == 1`, when a single task consumes it).
-    Broadcast { channels: usize },
-}
+pub use squadron_exec::plan::StageOutput;
+use squadron_exec::plan::StageWriteExec;
 
 /// One stage: a plan fragment run as one task per output partition.
 #[derive(Debug, Clone)]
 pub struct Stage {
     pub id: usize,
-    /// The fragment; upstream stages appear in it as `StageReadExec`.
+    /// The fragment: a `StageWriteExec` (where its rows go) over the
+    /// plan its tasks run, in which upstream stages appear as
+    /// `StageReadExec`.
     pub plan: Arc<dyn ExecutionPlan>,
     /// Number of tasks (the output partitions of the plan, or of the input
     /// of its root RepartitionExec).
     pub tasks: usize,
     /// Stages this one reads from.
     pub inputs: Vec<usize>,
-    pub output: StageOutput,
     /// The plan encoded for workers (`encode_stages`), once per stage.
     pub encoded: bytes::Bytes,
+}
+
+impl Stage {
+    fn write(&self) -> &StageWriteExec {
+        self.plan
+            .downcast_ref::<StageWriteExec>()
+            .expect("a stage's plan is rooted at its StageWriteExec")
+    }
+
+    /// Where the stage's rows go.
+    pub fn output(&self) -> StageOutput {
+        self.write().output()
+    }
+
+    /// The stage writing as `output` says instead.
+    pub fn set_output(&mut self, output: StageOutput) -> Result<()> {
+        let input = Arc::clone(self.write().input());
+        self.plan = Arc::new(StageWriteExec::try_new(input, output)?);
+        Ok(())
+    }
+
+    /// What each task executes (below the write, and below the
+    /// `RepartitionExec` a repartitioning stage routes by).
+    pub fn task_plan(&self) -> &Arc<dyn ExecutionPlan> {
+        self.write().task_plan()
+    }
+
+    /// `plan` as the root of a stage writing as `output` says.
+    pub fn rooted(
+        plan: Arc<dyn ExecutionPlan>,
+        output: StageOutput,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if plan.is::<StageWriteExec>() {
+            return internal_err!("a stage's plan is already rooted");
+        }
+        Ok(Arc::new(StageWriteExec::try_new(plan, output)?))
+    }
 }
 
 /// A query cut into stages. Stages are in dependency order: every stage
@@ -57,7 +85,9 @@ impl JobGraph {
         for stage in self.stages.iter().rev() {
             out.push_str(&stage_header(stage));
             out.push('\n');
-            write_operators(&mut out, stage.plan.as_ref(), 1);
+            // The header says where the rows go; the operators start
+            // below the write.
+            write_operators(&mut out, stage.write().input().as_ref(), 1);
         }
         out
     }
@@ -70,12 +100,7 @@ fn stage_header(stage: &Stage) -> String {
         let ids: Vec<String> = stage.inputs.iter().map(|i| i.to_string()).collect();
         format!(" inputs=[{}]", ids.join(","))
     };
-    let output = match stage.output {
-        StageOutput::JobOutput => "job-output".to_string(),
-        StageOutput::Repartition { channels } => format!("repartition({channels})"),
-        StageOutput::Broadcast { channels: 1 } => "single".to_string(),
-        StageOutput::Broadcast { channels } => format!("broadcast({channels})"),
-    };
+    let output = stage.output();
     format!(
         "Stage {} tasks={} output={output}{inputs}",
         stage.id, stage.tasks

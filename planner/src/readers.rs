@@ -35,11 +35,8 @@ use super::job_graph::{Stage, StageOutput};
 pub fn assign_readers(stages: &mut [Stage]) -> Result<()> {
     let mut channels: BTreeMap<u32, u32> = BTreeMap::new();
     for stage in stages.iter_mut() {
-        // A repartitioning stage's tasks execute the input of its root.
-        let root = match stage.output {
-            StageOutput::Repartition { .. } => Arc::clone(stage.plan.children()[0]),
-            _ => Arc::clone(&stage.plan),
-        };
+        // What the stage's tasks execute.
+        let root = Arc::clone(stage.task_plan());
         let executed_by: Vec<Vec<u32>> = (0..stage.tasks as u32).map(|t| vec![t]).collect();
         let mut readers = BTreeMap::new();
         collect(&root, &executed_by, &mut readers)?;
@@ -56,9 +53,9 @@ pub fn assign_readers(stages: &mut [Stage]) -> Result<()> {
         stage.plan = with_readers(Arc::clone(&stage.plan), &reads)?;
     }
     for (input, channels) in channels {
-        stages[input as usize].output = StageOutput::Broadcast {
+        stages[input as usize].set_output(StageOutput::Broadcast {
             channels: channels as usize,
-        };
+        })?;
     }
     Ok(())
 }
@@ -171,7 +168,7 @@ mod tests {
         assert_eq!(final_stage.tasks, 4);
         assert_eq!(merge_read_of(final_stage), vec![3]);
         assert_eq!(
-            graph.stages[0].output,
+            graph.stages[0].output(),
             StageOutput::Broadcast { channels: 1 }
         );
     }
@@ -185,7 +182,7 @@ mod tests {
         assert_eq!(final_stage.tasks, 3);
         assert_eq!(merge_read_of(final_stage), vec![0, 1, 2]);
         assert_eq!(
-            graph.stages[0].output,
+            graph.stages[0].output(),
             StageOutput::Broadcast { channels: 3 }
         );
     }

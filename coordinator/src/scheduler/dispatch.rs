@@ -21,10 +21,9 @@ use futures::future::try_join_all;
 use squadron_common::version::engine_build;
 use squadron_net::client::PeerClients;
 use squadron_net::stream::StreamSecret;
-use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::{
-    CleanUpJobRequest, OutputDistribution, RunTaskRequest, StageInput, TaskDefinition, TaskKey,
-    TaskLocation, TaskState, TaskStatus,
+    CleanUpJobRequest, RunTaskRequest, StageInput, TaskDefinition, TaskKey, TaskLocation,
+    TaskState, TaskStatus,
 };
 use squadron_proto::PROTOCOL_VERSION;
 use tokio::sync::mpsc;
@@ -34,7 +33,7 @@ use tonic::{Code, Status, Streaming};
 use super::placement::Placement;
 use super::progress::JobProgress;
 use crate::cluster::WorkerHealth;
-use squadron_planner::{JobGraph, Stage, StageOutput};
+use squadron_planner::{JobGraph, Stage};
 
 /// How long a worker may take to accept a task.
 const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -335,12 +334,6 @@ fn task_request(
                 .collect(),
         })
         .collect();
-    let (kind, channels) = match stage.output {
-        StageOutput::JobOutput => (Kind::Single, 1),
-        StageOutput::Repartition { channels } => (Kind::Repartition, channels),
-        StageOutput::Broadcast { channels: 1 } => (Kind::Single, 1),
-        StageOutput::Broadcast { channels } => (Kind::Broadcast, channels),
-    };
     RunTaskRequest {
         key: Some(TaskKey {
             job_id: job_id.to_string(),
@@ -351,10 +344,6 @@ fn task_request(
         definition: Some(TaskDefinition {
             plan: stage.encoded.to_vec(),
             inputs,
-            output: Some(OutputDistribution {
-                kind: kind as i32,
-                channels: channels as u32,
-            }),
             settings: settings.clone(),
         }),
         peers,

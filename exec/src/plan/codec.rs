@@ -14,13 +14,15 @@ use datafusion_proto::physical_plan::{
     PhysicalExtensionCodec, PhysicalPlanDecodeContext, PhysicalProtoConverterExtension,
 };
 use prost::Message;
+use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::squadron_plan_node::Node;
 use squadron_proto::v1::{
-    ConstantColumn, ReadMode, RecursiveQueryNode, RowFlag as WireRowFlag, SinkWriteNode,
-    SquadronPlanNode, StageReadNode, TableWriteNode, WorkTableNode,
+    ConstantColumn, OutputDistribution, ReadMode, RecursiveQueryNode, RowFlag as WireRowFlag,
+    SinkWriteNode, SquadronPlanNode, StageReadNode, StageWriteNode, TableWriteNode, WorkTableNode,
 };
 
 use super::stage_read::StageReadExec;
+use super::stage_write::{StageOutput, StageWriteExec};
 use super::top_k;
 use crate::write::{RowFlag, SinkWriteExec, StoredFormat, TableWriteExec, WriteTarget};
 
@@ -95,6 +97,16 @@ impl PhysicalExtensionCodec for SquadronCodec {
                     Arc::clone(input),
                 )?))
             }
+            Some(Node::StageWrite(write)) => {
+                let [input] = inputs else {
+                    return internal_err!("StageWriteExec has one input, got {}", inputs.len());
+                };
+                let output = decode_stage_output(write.output.unwrap_or_default())?;
+                Ok(Arc::new(StageWriteExec::try_new(
+                    Arc::clone(input),
+                    output,
+                )?))
+            }
             None => internal_err!("empty SquadronPlanNode"),
         }
     }
@@ -120,6 +132,10 @@ impl PhysicalExtensionCodec for SquadronCodec {
             })
         } else if let Some(top_k) = node.downcast_ref::<PartitionedTopKExec>() {
             Node::PartitionedTopK(top_k::encode(top_k, self, proto_converter)?)
+        } else if let Some(write) = node.downcast_ref::<StageWriteExec>() {
+            Node::StageWrite(StageWriteNode {
+                output: Some(encode_stage_output(write.output())),
+            })
         } else if let Some(write) = node.downcast_ref::<TableWriteExec>() {
             Node::TableWrite(encode_table_write(write.target())?)
         } else if let Some(write) = node.downcast_ref::<SinkWriteExec>() {
@@ -168,6 +184,30 @@ fn decode_stage_read(
             .with_constants(&constants)?
             .hashed_on(&hash_columns)?,
     ))
+}
+
+fn encode_stage_output(output: StageOutput) -> OutputDistribution {
+    let (kind, channels) = match output {
+        StageOutput::JobOutput => (Kind::JobOutput, 1),
+        StageOutput::Repartition { channels } => (Kind::Repartition, channels),
+        StageOutput::Broadcast { channels: 1 } => (Kind::Single, 1),
+        StageOutput::Broadcast { channels } => (Kind::Broadcast, channels),
+    };
+    OutputDistribution {
+        kind: kind as i32,
+        channels: channels as u32,
+    }
+}
+
+fn decode_stage_output(output: OutputDistribution) -> Result<StageOutput> {
+    let channels = output.channels as usize;
+    Ok(match output.kind() {
+        Kind::JobOutput => StageOutput::JobOutput,
+        Kind::Single => StageOutput::Broadcast { channels: 1 },
+        Kind::Repartition => StageOutput::Repartition { channels },
+        Kind::Broadcast if channels > 0 => StageOutput::Broadcast { channels },
+        Kind::Broadcast => return internal_err!("a broadcast to no channel"),
+    })
 }
 
 fn encode_stage_read(read: &StageReadExec) -> Result<StageReadNode> {

@@ -7,6 +7,7 @@ pub mod guard;
 mod plain_strings;
 mod recursive;
 pub mod stage_read;
+pub mod stage_write;
 mod top_k;
 pub mod wire;
 mod yielding;
@@ -14,6 +15,7 @@ mod yielding;
 pub use codec::{decode_plan, encode_plan, unshared_copy, SquadronCodec};
 pub use plain_strings::prepare_parquet_scans;
 pub use stage_read::{StageBinding, StageReadExec};
+pub use stage_write::{StageOutput, StageWriteExec};
 pub use yielding::yielding;
 
 use std::sync::Arc;

@@ -16,7 +16,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::FutureExt;
 use squadron_common::error::Error;
-use squadron_proto::v1::output_distribution::Kind;
+use squadron_exec::plan::{StageOutput, StageWriteExec};
 use squadron_proto::v1::{RunTaskRequest, StageInput, TaskKey, TaskState, TaskStatus};
 use squadron_proto::{StreamKey, PROTOCOL_VERSION};
 use tokio::sync::oneshot;
@@ -134,8 +134,6 @@ impl TaskRunner {
             .as_ref()
             .ok_or_else(|| Error::invalid_argument("RunTask needs a task definition"))?;
         let secret = StreamSecret::from_request(&request.stream_secret)?;
-        let output = definition.output.unwrap_or_default();
-        let channels = output.channels.max(1) as usize;
         let task_ctx = self.task_context(&definition.settings)?;
         let stage = StageAttempt {
             job_id: key.job_id.clone(),
@@ -165,30 +163,31 @@ impl TaskRunner {
             .map_err(|e| Error::invalid_argument(format!("cannot bind task writes: {e}")))?;
         let partition = key.partition as usize;
 
-        let (plan, router) = match output.kind() {
-            Kind::Single if channels == 1 => (plan, Router::Single),
-            Kind::Single => return Err(Error::invalid_argument("SINGLE output has one channel")),
-            Kind::Broadcast => (plan, Router::Broadcast),
-            Kind::Repartition => {
-                let Some(repartition) = plan.downcast_ref::<RepartitionExec>() else {
-                    return Err(Error::invalid_argument(
-                        "REPARTITION output needs a RepartitionExec plan root",
+        // The plan's root says where its rows go.
+        let Some(write) = plan.downcast_ref::<StageWriteExec>() else {
+            return Err(Error::invalid_argument(
+                "a task plan is rooted at the StageWriteExec of its stage",
+            ));
+        };
+        let (channels, router) = match write.output() {
+            StageOutput::JobOutput => (1, Router::Single),
+            StageOutput::Broadcast { channels: 1 } => (1, Router::Single),
+            StageOutput::Broadcast { channels } => (channels, Router::Broadcast),
+            StageOutput::Repartition { channels } => {
+                // `StageWriteExec` checked its input is this repartition.
+                let Some(repartition) = write.input().downcast_ref::<RepartitionExec>() else {
+                    return Err(Error::internal(
+                        "a repartitioning write without its repartition",
                     ));
                 };
                 let partitioning = repartition.partitioning().clone();
-                if partitioning.partition_count() != channels {
-                    return Err(Error::invalid_argument(format!(
-                        "repartition to {} partitions but {channels} channels",
-                        partitioning.partition_count()
-                    )));
-                }
-                let input = Arc::clone(repartition.input());
-                let inputs = input.output_partitioning().partition_count();
+                let inputs = write.task_plan().output_partitioning().partition_count();
                 let router = Router::repartition(partitioning, partition, inputs)
                     .map_err(|e| Error::invalid_argument(e.to_string()))?;
-                (input, router)
+                (channels, router)
             }
         };
+        let plan = Arc::clone(write.task_plan());
         let partitions = plan.output_partitioning().partition_count();
         tracing::debug!(
             job_id = key.job_id,

@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::datatypes::Schema;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use squadron_common::version::engine_build;
-use squadron_exec::plan::encode_plan;
+use squadron_exec::plan::{encode_plan, StageOutput, StageWriteExec};
 use squadron_net::stream::StreamSecret;
-use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
-use squadron_proto::v1::{OutputDistribution, RunTaskRequest, TaskDefinition, TaskKey, TaskState};
+use squadron_proto::v1::{RunTaskRequest, TaskDefinition, TaskKey, TaskState};
 use squadron_proto::PROTOCOL_VERSION;
 use squadron_worker::{spawn_worker, WorkerOptions};
 use tonic::Code;
@@ -24,7 +23,12 @@ fn request(job: &str) -> RunTaskRequest {
 }
 
 fn request_signed_by(job: &str, secret: &[u8]) -> RunTaskRequest {
-    let plan = encode_plan(Arc::new(PlaceholderRowExec::new(Arc::new(Schema::empty())))).unwrap();
+    let row = Arc::new(PlaceholderRowExec::new(Arc::new(Schema::empty())));
+    let plan = StageWriteExec::try_new(row, StageOutput::JobOutput).unwrap();
+    request_of(job, secret, encode_plan(Arc::new(plan)).unwrap())
+}
+
+fn request_of(job: &str, secret: &[u8], plan: Vec<u8>) -> RunTaskRequest {
     RunTaskRequest {
         key: Some(TaskKey {
             job_id: job.into(),
@@ -35,10 +39,6 @@ fn request_signed_by(job: &str, secret: &[u8]) -> RunTaskRequest {
         definition: Some(TaskDefinition {
             plan,
             inputs: vec![],
-            output: Some(OutputDistribution {
-                kind: Kind::Single as i32,
-                channels: 1,
-            }),
             settings: Default::default(),
         }),
         peers: vec![],
@@ -68,6 +68,17 @@ async fn run_task_refuses_mismatches_and_duplicates_and_frees_on_drop() {
     old_protocol.protocol_version = PROTOCOL_VERSION + 1;
     let err = client.run_task(old_protocol).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+
+    // A plan that does not say where its rows go.
+    let row = Arc::new(PlaceholderRowExec::new(Arc::new(Schema::empty())));
+    let unrooted = request_of(
+        "j0",
+        StreamSecret::generate().bytes(),
+        encode_plan(row).unwrap(),
+    );
+    let err = client.run_task(unrooted).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("StageWriteExec"), "{err}");
 
     let mut first = client.run_task(request("j1")).await.unwrap().into_inner();
     let accepted = first.message().await.unwrap().unwrap();
