@@ -9,11 +9,20 @@ use datafusion::execution::SessionState;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::planner::object_name_to_table_reference;
 use datafusion::sql::sqlparser::ast::{CreateTable, ObjectName, Statement};
-use squadron_common::error::Error;
+use squadron_common::error::{Error, ErrorKind};
 
-/// NOT_FOUND naming the first table `sql` reads that the session cannot
-/// find; `None` when it reads none such (or does not parse).
-pub(super) async fn missing_table(state: &SessionState, sql: &str) -> Option<Error> {
+/// `error`, DataFusion's failure to plan `sql`, as NOT_FOUND (its words
+/// kept) when `sql` reads a table the session cannot find.
+pub(super) async fn or_not_found(state: &SessionState, sql: &str, error: Error) -> Error {
+    match missing_table(state, sql).await {
+        Some(_) => Error::new(ErrorKind::NotFound, error.message()),
+        None => error,
+    }
+}
+
+/// The first table `sql` reads that the session cannot find; `None` when
+/// it reads none such (or does not parse).
+async fn missing_table(state: &SessionState, sql: &str) -> Option<TableReference> {
     let options = state.config_options();
     let statement = state
         .sql_to_statement(sql, &options.sql_parser.dialect)
@@ -27,7 +36,7 @@ pub(super) async fn missing_table(state: &SessionState, sql: &str) -> Option<Err
             continue;
         }
         if !exists(state, &reference).await {
-            return Some(Error::not_found(format!("table '{reference}' not found")));
+            return Some(reference);
         }
     }
     None
@@ -57,25 +66,19 @@ async fn exists(state: &SessionState, reference: &TableReference) -> bool {
 mod tests {
     use super::*;
     use datafusion::prelude::SessionContext;
-    use squadron_common::error::ErrorKind;
 
-    async fn missing(sql: &str) -> Option<Error> {
+    async fn missing(sql: &str) -> Option<TableReference> {
         let ctx = SessionContext::new();
         ctx.sql("CREATE TABLE t AS VALUES (1)").await.unwrap();
         missing_table(&ctx.state(), sql).await
     }
 
     #[tokio::test]
-    async fn a_read_table_that_does_not_exist_is_not_found() {
-        let error = missing("SELECT * FROM t JOIN nowhere ON true")
-            .await
-            .unwrap();
-        assert_eq!(error.kind(), ErrorKind::NotFound);
-        assert!(error.message().contains("nowhere"), "{error}");
-        let into = missing("INSERT INTO nowhere VALUES (1)").await.unwrap();
-        assert_eq!(into.kind(), ErrorKind::NotFound);
-        let schema = missing("SELECT * FROM no_schema.t").await.unwrap();
-        assert_eq!(schema.kind(), ErrorKind::NotFound);
+    async fn a_read_table_that_does_not_exist_is_missing() {
+        let missing_one = missing("SELECT * FROM t JOIN nowhere ON true").await;
+        assert_eq!(missing_one.unwrap().table(), "nowhere");
+        assert!(missing("INSERT INTO nowhere VALUES (1)").await.is_some());
+        assert!(missing("SELECT * FROM no_schema.t").await.is_some());
     }
 
     #[tokio::test]
@@ -89,6 +92,29 @@ mod tests {
             .is_none());
         assert!(missing("CREATE VIEW v AS SELECT * FROM t").await.is_none());
         let read = missing("CREATE TABLE fresh AS SELECT * FROM nowhere").await;
-        assert_eq!(read.map(|e| e.kind()), Some(ErrorKind::NotFound));
+        assert_eq!(read.unwrap().table(), "nowhere");
+    }
+
+    #[tokio::test]
+    async fn the_error_keeps_datafusions_words_and_changes_its_kind() {
+        let ctx = SessionContext::new();
+        let sql = "SELECT * FROM nowhere";
+        let planned = ctx.state().create_logical_plan(sql).await.unwrap_err();
+        let error = or_not_found(&ctx.state(), sql, Error::from(planned)).await;
+        assert_eq!(error.kind(), ErrorKind::NotFound);
+        assert!(
+            error
+                .message()
+                .contains("table 'datafusion.public.nowhere' not found"),
+            "{error}"
+        );
+        let bad_column = "SELECT nope FROM (VALUES (1)) AS v(a)";
+        let planned = ctx
+            .state()
+            .create_logical_plan(bad_column)
+            .await
+            .unwrap_err();
+        let error = or_not_found(&ctx.state(), bad_column, Error::from(planned)).await;
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument);
     }
 }

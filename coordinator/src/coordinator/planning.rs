@@ -26,7 +26,7 @@ use squadron_planner::{
     build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
 };
 
-use super::missing_tables::missing_table;
+use super::missing_tables::or_not_found;
 use super::{
     is_update, parameter_names, update_schema, Coordinator, LocalRun, PlannedQuery, Reuse, Work,
 };
@@ -166,9 +166,7 @@ impl Coordinator {
         let sql = number_placeholders(sql);
         match state.create_logical_plan(&sql).await {
             Ok(plan) => Ok(plan),
-            Err(e) => Err(missing_table(&state, &sql)
-                .await
-                .unwrap_or_else(|| Error::from(e))),
+            Err(e) => Err(or_not_found(&state, &sql, Error::from(e)).await),
         }
     }
 

@@ -185,4 +185,26 @@ mod tests {
             .to_string();
         assert_eq!(shown.trim(), "StageWriteExec: output=broadcast(4)");
     }
+
+    #[test]
+    fn every_output_survives_the_wire() {
+        let empty: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::new(Schema::empty())));
+        let repartition: Arc<dyn ExecutionPlan> = Arc::new(
+            RepartitionExec::try_new(Arc::clone(&empty), Partitioning::RoundRobinBatch(3)).unwrap(),
+        );
+        let ctx = TaskContext::default();
+        for (input, output) in [
+            (&empty, StageOutput::JobOutput),
+            (&empty, StageOutput::Broadcast { channels: 1 }),
+            (&empty, StageOutput::Broadcast { channels: 5 }),
+            (&repartition, StageOutput::Repartition { channels: 3 }),
+        ] {
+            let write = StageWriteExec::try_new(Arc::clone(input), output).unwrap();
+            let bytes = crate::plan::encode_plan(Arc::new(write)).unwrap();
+            let decoded = crate::plan::decode_plan(&bytes, &ctx).unwrap();
+            let decoded = decoded.downcast_ref::<StageWriteExec>().unwrap();
+            assert_eq!(decoded.output(), output);
+            assert_eq!(decoded.input().name(), input.name());
+        }
+    }
 }

@@ -10,15 +10,16 @@ use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use squadron_common::error::{Error, ErrorKind};
 
-/// `error`, or NOT_FOUND when it is the statement's fault and one of
-/// `locations` holds no object.
+/// `error`, a failure to define a table whose schema was to be read from
+/// its files, as NOT_FOUND (its words kept) when it is the statement's
+/// fault and one of `locations` holds no object.
 pub async fn or_not_found(ctx: &SessionContext, locations: &[String], error: Error) -> Error {
     if error.kind() != ErrorKind::InvalidArgument {
         return error;
     }
     for location in locations {
         if holds_nothing(ctx, location).await {
-            return Error::not_found(format!("no files found at {location}: {}", error.message()));
+            return Error::new(ErrorKind::NotFound, error.message());
         }
     }
     error

@@ -111,10 +111,12 @@ pub async fn run_update(
                 create.definition.clone(),
                 create.temporary,
             );
+            // Only an inferred schema needs files to be there.
+            let inferred = create.schema.fields().is_empty();
             let locations = create.locations.clone();
             match define(coord, session, &name, definition, temporary, plan).await {
-                Ok(count) => Ok(count),
-                Err(e) => Err(or_not_found(session.ctx(), &locations, e).await),
+                Err(e) if inferred => Err(or_not_found(session.ctx(), &locations, e).await),
+                defined => defined,
             }
         }
         LogicalPlan::Ddl(DdlStatement::CreateView(ref view)) => {
