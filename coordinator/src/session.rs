@@ -157,9 +157,6 @@ impl Session {
             .clone()
     }
 
-    /// Changes one setting (`SET key = value`): refused with
-    /// PERMISSION_DENIED for the operator's settings, INVALID_ARGUMENT for
-    /// unknown keys, bad values, and catalogs or schemas that do not exist.
     /// Whether `key` names a setting of this session (DataFusion's or a
     /// registered extension's), whatever its value.
     pub fn has_setting(&self, key: &str) -> bool {
@@ -174,6 +171,9 @@ impl Session {
         known
     }
 
+    /// Changes one setting (`SET key = value`): refused with
+    /// PERMISSION_DENIED for the operator's settings, INVALID_ARGUMENT for
+    /// unknown keys, bad values, and catalogs or schemas that do not exist.
     pub fn set(&self, key: &str, value: &str) -> Result<(), Error> {
         let key = key.trim().to_ascii_lowercase();
         // DataFusion reads 0 as "the default": the server's, here (not
@@ -384,6 +384,19 @@ mod tests {
         );
         ctx.sql("CREATE SCHEMA other").await.unwrap();
         ctx
+    }
+
+    #[test]
+    fn settings_are_known_by_key_whatever_their_value() {
+        let config = squadron_exec::squadron_options::with_squadron_options(
+            datafusion::prelude::SessionConfig::new(),
+            SquadronOptions::default(),
+        );
+        let session = Session::shared(SessionContext::new_with_config(config));
+        assert!(session.has_setting("datafusion.execution.batch_size"));
+        assert!(session.has_setting(" Squadron.Reuse_Plans "));
+        assert!(!session.has_setting("datafusion.execution.no_such_setting"));
+        assert!(!session.has_setting("squadron.no_such_setting"));
     }
 
     #[tokio::test]
