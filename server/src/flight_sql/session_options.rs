@@ -191,3 +191,62 @@ pub fn close(sessions: &Sessions, caller: &Caller) -> CloseSessionResult {
         status: CloseSessionStatus::Closed as i32,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::security::tickets::HandleSigner;
+    use datafusion::prelude::SessionContext;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_refused_option_says_whether_its_name_or_its_value_is_wrong() {
+        let shared = Arc::new(Session::shared(SessionContext::new()));
+        let signer = Arc::new(HandleSigner::random());
+        let sessions = Sessions::new(shared, signer, Duration::from_secs(60), 8);
+        let string = |s: &str| SessionOptionValue {
+            option_value: Some(OptionValue::StringValue(s.into())),
+        };
+        let options = [
+            ("datafusion.execution.batch_size", "1024"),
+            ("datafusion.execution.no_such_setting", "1"),
+            ("datafusion.execution.batch_size_typo", "1"),
+            ("datafusion.optimizer.max_passes", "many"),
+            ("datafusion.runtime.memory_limit", "1G"),
+        ];
+        let request = SetSessionOptionsRequest {
+            session_options: options
+                .iter()
+                .map(|(name, value)| (name.to_string(), string(value)))
+                .collect(),
+        };
+        let caller = Caller::for_user("alice");
+        let (result, _) = set_options(&sessions, &caller, request).unwrap();
+        let refused = |name: &str| {
+            result
+                .errors
+                .get(name)
+                .map(|e| SetSessionOptionErrorValue::try_from(e.value).unwrap())
+        };
+        assert_eq!(refused("datafusion.execution.batch_size"), None);
+        for unknown in [
+            "datafusion.execution.no_such_setting",
+            "datafusion.execution.batch_size_typo",
+        ] {
+            assert_eq!(
+                refused(unknown),
+                Some(SetSessionOptionErrorValue::InvalidName),
+                "{unknown}"
+            );
+        }
+        assert_eq!(
+            refused("datafusion.optimizer.max_passes"),
+            Some(SetSessionOptionErrorValue::InvalidValue)
+        );
+        assert_eq!(
+            refused("datafusion.runtime.memory_limit"),
+            Some(SetSessionOptionErrorValue::InvalidName)
+        );
+    }
+}
