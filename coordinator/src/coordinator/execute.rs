@@ -14,7 +14,6 @@ use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::scheduler::stoppable::until_stopped;
 use crate::scheduler::{run_locally, started_at_once, JobIds, JobProgress};
 
-use super::running::remember;
 use super::{Coordinator, LocalRun, PlannedQuery, Work};
 
 impl Coordinator {
@@ -113,7 +112,7 @@ impl Coordinator {
                 report.outcome
             );
             if let Some(placement) = &report.placement {
-                remember(&running, &job_id, &graph, placement, report.attempts);
+                running.remember(&job_id, &graph, placement, report.attempts);
             }
         };
         // The job's log lines carry the query's id (the caller's span).

@@ -235,35 +235,35 @@ impl RunningJobs {
             .cloned()
             .collect()
     }
-}
 
-/// Records the finished job `job_id`, forgetting the oldest beyond
-/// `JOB_HISTORY`.
-pub(super) fn remember(
-    jobs: &RunningJobs,
-    job_id: &str,
-    graph: &JobGraph,
-    placement: &Placement,
-    attempts: u32,
-) {
-    let record = JobRecord {
-        job_id: job_id.to_string(),
-        stages: graph.stages.len(),
-        tasks: graph.task_count(),
-        attempts,
-        placement: graph
-            .stages
-            .iter()
-            .map(|s| {
-                (0..s.tasks)
-                    .map(|p| placement.worker_of(s.id, p).to_string())
-                    .collect()
-            })
-            .collect(),
-    };
-    let mut history = jobs.history.lock().unwrap_or_else(|e| e.into_inner());
-    if history.len() == JOB_HISTORY {
-        history.pop_front();
+    /// Records the finished job `job_id`, forgetting the oldest beyond
+    /// `JOB_HISTORY`.
+    pub(super) fn remember(
+        &self,
+        job_id: &str,
+        graph: &JobGraph,
+        placement: &Placement,
+        attempts: u32,
+    ) {
+        let record = JobRecord {
+            job_id: job_id.to_string(),
+            stages: graph.stages.len(),
+            tasks: graph.task_count(),
+            attempts,
+            placement: graph
+                .stages
+                .iter()
+                .map(|s| {
+                    (0..s.tasks)
+                        .map(|p| placement.worker_of(s.id, p).to_string())
+                        .collect()
+                })
+                .collect(),
+        };
+        let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if history.len() == JOB_HISTORY {
+            history.pop_front();
+        }
+        history.push_back(record);
     }
-    history.push_back(record);
 }

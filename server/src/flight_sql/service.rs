@@ -19,12 +19,10 @@ use arrow_flight::sql::{
     CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
     CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
     CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate,
-    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    DoPutPreparedStatementResult, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult};
-use arrow_flight::{
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
-};
+use arrow_flight::{FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket};
 use datafusion::arrow::array::RecordBatch;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
@@ -563,14 +561,7 @@ impl FlightSqlService for SquadronFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder(&self.sql_info).schema();
-        let endpoint =
-            FlightEndpoint::new().with_ticket(Ticket::new(query.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(schema.as_ref())
-            .map_err(|e| Status::internal(format!("encoding the SqlInfo schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(request.into_inner());
-        Ok(Response::new(info))
+        command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_sql_info(
