@@ -13,6 +13,8 @@ pub const FLIGHT_REQUESTS: &str = "squadron_flight_requests_total";
 pub const STAGES: &str = "squadron_stages_total";
 pub const TASKS: &str = "squadron_tasks_total";
 pub const JOB_RETRIES: &str = "squadron_job_retries_total";
+pub const TASK_RERUNS: &str = "squadron_task_reruns_total";
+pub const SPOOLED_BYTES: &str = "squadron_result_spooled_bytes_total";
 pub const WORKERS_KNOWN: &str = "squadron_workers_known";
 pub const WORKERS_HEALTHY: &str = "squadron_workers_healthy";
 pub const CLIENT_BYTES: &str = "squadron_client_sent_bytes_total";
@@ -59,6 +61,15 @@ pub fn describe() {
     describe_counter!(STAGES, "Stages dispatched (per job attempt)");
     describe_counter!(TASKS, "Tasks ended, by outcome");
     describe_counter!(JOB_RETRIES, "Job attempts re-run after a lost worker");
+    describe_counter!(
+        TASK_RERUNS,
+        "Tasks run again after a lost worker or a broken read (retry policy 'task')"
+    );
+    describe_counter!(
+        SPOOLED_BYTES,
+        Unit::Bytes,
+        "Bytes of fault-tolerant results the coordinator spooled to disk before sending them"
+    );
     describe_gauge!(WORKERS_KNOWN, "Workers the resolver lists");
     describe_gauge!(WORKERS_HEALTHY, "Workers that may take tasks now");
     describe_counter!(
@@ -97,6 +108,8 @@ pub fn describe() {
     for name in [
         STAGES,
         JOB_RETRIES,
+        TASK_RERUNS,
+        SPOOLED_BYTES,
         CLIENT_BYTES,
         CLIENT_BATCHES,
         PLANS_REUSED,

@@ -29,6 +29,45 @@ pub struct SquadronOptions {
     pub reuse_plans: bool,
     /// See `SUBSET_KEY_MAX_ROWS`.
     pub subset_key_max_rows: u64,
+    /// See `RETRY_POLICY`.
+    pub retry_policy: RetryPolicy,
+}
+
+/// What survives a lost worker (`squadron.retry_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetryPolicy {
+    /// The job runs again from the start while no row reached the client;
+    /// exchange outputs stream through memory only (the fast default).
+    #[default]
+    Query,
+    /// Fault-tolerant: exchange outputs are retained (spilled to disk past
+    /// memory) until the job ends, only the tasks whose outputs were lost
+    /// run again, and the client's rows are committed per final task, so a
+    /// lost worker costs neither the work done elsewhere nor the rows sent.
+    Task,
+}
+
+impl RetryPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Task => "task",
+        }
+    }
+}
+
+impl std::str::FromStr for RetryPolicy {
+    type Err = DataFusionError;
+
+    fn from_str(value: &str) -> Result<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "query" => Ok(Self::Query),
+            "task" => Ok(Self::Task),
+            other => Err(DataFusionError::Configuration(format!(
+                "squadron.retry_policy is 'query' or 'task', not {other:?}"
+            ))),
+        }
+    }
 }
 
 /// The default of `squadron.subset_key_max_rows`: TPC-H q16 at SF1 reads
@@ -52,12 +91,20 @@ const SUBSET_KEY_MAX_ROWS: (&str, &str) = (
      above it on a subset of its keys to be folded into it (one stage less); 0 never folds",
 );
 
+const RETRY_POLICY: (&str, &str) = (
+    "retry_policy",
+    "What a lost worker costs: 'query' runs the job again while no row reached the client \
+     (fastest when nothing fails); 'task' retains exchange outputs and runs only the lost \
+     tasks again, and results survive the failure (--retry-policy)",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
             coordinator_scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
             reuse_plans: true,
             subset_key_max_rows: DEFAULT_SUBSET_KEY_MAX_ROWS,
+            retry_policy: RetryPolicy::default(),
         }
     }
 }
@@ -80,6 +127,10 @@ impl ExtensionOptions for SquadronOptions {
             k if k == COORDINATOR_SCAN_LIMIT.0 => self.coordinator_scan_limit.set(k, value),
             k if k == REUSE_PLANS.0 => self.reuse_plans.set(k, value),
             k if k == SUBSET_KEY_MAX_ROWS.0 => self.subset_key_max_rows.set(k, value),
+            k if k == RETRY_POLICY.0 => {
+                self.retry_policy = value.parse()?;
+                Ok(())
+            }
             _ => Err(DataFusionError::Configuration(format!(
                 "no setting {}.{key}; Squadron's are {}",
                 Self::PREFIX,
@@ -105,6 +156,7 @@ impl ExtensionOptions for SquadronOptions {
             ),
             entry(REUSE_PLANS, self.reuse_plans.to_string()),
             entry(SUBSET_KEY_MAX_ROWS, self.subset_key_max_rows.to_string()),
+            entry(RETRY_POLICY, self.retry_policy.name().to_string()),
         ]
     }
 }
@@ -149,6 +201,13 @@ mod tests {
         assert_eq!(read.coordinator_scan_limit, 0);
         assert!(!read.reuse_plans);
         assert_eq!(read.subset_key_max_rows, 12);
+        options.set("squadron.retry_policy", "TASK").unwrap();
+        assert_eq!(
+            SquadronOptions::of(&options).retry_policy,
+            RetryPolicy::Task
+        );
+        let err = options.set("squadron.retry_policy", "stage").unwrap_err();
+        assert!(err.to_string().contains("'query' or 'task'"), "{err}");
         let err = options.set("squadron.no_such_setting", "1").unwrap_err();
         assert!(err.to_string().contains("no_such_setting"), "{err}");
         assert!(

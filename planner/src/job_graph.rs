@@ -7,6 +7,7 @@ use datafusion::common::{internal_err, Result};
 use datafusion::physical_plan::{displayable, ExecutionPlan};
 pub use squadron_exec::plan::StageOutput;
 use squadron_exec::plan::StageWriteExec;
+use squadron_exec::write::{SinkWriteExec, TableWriteExec};
 
 /// One stage: a plan fragment run as one task per output partition.
 #[derive(Debug, Clone)]
@@ -76,6 +77,29 @@ impl JobGraph {
 
     pub fn task_count(&self) -> usize {
         self.stages.iter().map(|s| s.tasks).sum()
+    }
+
+    /// Whether a task writes files (INSERT, CREATE TABLE AS, COPY): such a
+    /// task's effects outlive it, so it is retried with its whole job, never
+    /// on its own.
+    pub fn writes_files(&self) -> bool {
+        fn writes(plan: &Arc<dyn ExecutionPlan>) -> bool {
+            plan.downcast_ref::<TableWriteExec>().is_some()
+                || plan.downcast_ref::<SinkWriteExec>().is_some()
+                || plan.children().into_iter().any(writes)
+        }
+        self.stages.iter().any(|stage| writes(&stage.plan))
+    }
+
+    /// The stages that read each stage.
+    pub fn consumers(&self) -> Vec<Vec<usize>> {
+        let mut consumers = vec![vec![]; self.stages.len()];
+        for stage in &self.stages {
+            for &input in &stage.inputs {
+                consumers[input].push(stage.id);
+            }
+        }
+        consumers
     }
 
     /// A compact, stable rendering: operators only, no file paths or

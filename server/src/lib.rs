@@ -25,7 +25,7 @@ pub mod updates;
 pub mod warehouse;
 
 pub use server::{
-    start, Launcher, RunningServer, ServerOptions, CLIENT_MESSAGE_BYTES,
+    start, Launcher, RunningServer, ServerOptions, SpillSettings, CLIENT_MESSAGE_BYTES,
     DEFAULT_MAX_QUERIES_PER_USER,
 };
 pub use squadron_coordinator::{Coordinator, JobLimits};

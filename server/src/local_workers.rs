@@ -24,6 +24,9 @@ use tokio::process::{Child, ChildStdin, Command};
 #[derive(Debug, Clone, Default)]
 pub struct LocalWorkerOptions {
     pub memory_limit: Option<usize>,
+    /// `--spill-dir` (each worker uses its own directory in it) and
+    /// `--spill-limit` (each).
+    pub spill: Option<crate::server::SpillSettings>,
     pub cluster_tls: Option<ClusterTlsFiles>,
     /// The warehouse, where task plans may also read and write.
     pub warehouse: Option<url::Url>,
@@ -154,6 +157,10 @@ fn worker_args(options: &LocalWorkerOptions) -> Vec<String> {
     if let Some(limit) = options.memory_limit {
         args.extend(["--memory-limit".into(), limit.to_string()]);
     }
+    if let Some(spill) = &options.spill {
+        args.extend(["--spill-dir".into(), spill.dir.display().to_string()]);
+        args.extend(["--spill-limit".into(), spill.limit.to_string()]);
+    }
     if let Some(warehouse) = &options.warehouse {
         args.extend(["--warehouse".into(), warehouse.to_string()]);
     }
@@ -217,6 +224,7 @@ mod tests {
     #[test]
     fn workers_get_the_coordinators_settings() {
         let options = LocalWorkerOptions {
+            spill: None,
             memory_limit: Some(1 << 30),
             cluster_tls: None,
             warehouse: Some(url::Url::parse("s3://bucket/wh/").unwrap()),

@@ -13,7 +13,7 @@ use squadron_server::catalog::{tpch, TableSpec};
 use squadron_server::health_check::HealthCheckArgs;
 use squadron_server::security::SecurityArgs;
 use squadron_server::warehouse::janitor::JanitorOptions;
-use squadron_server::{start, JobLimits, ServerOptions};
+use squadron_server::{start, JobLimits, ServerOptions, SpillSettings};
 
 // See the workspace Cargo.toml: large per-query buffers are reused instead
 // of being returned to the OS and faulted back in.
@@ -183,6 +183,25 @@ struct Args {
     /// re-uses that statement's plan rather than being planned again.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     reuse_plans: bool,
+
+    /// What a lost worker costs by default (`SET squadron.retry_policy`
+    /// per session): `query` runs the job again while no row reached the
+    /// client; `task` retains exchange outputs, runs only the lost tasks
+    /// again and keeps the rows a client already has.
+    #[arg(long, default_value = "query")]
+    retry_policy: squadron_exec::squadron_options::RetryPolicy,
+
+    /// Where the coordinator spools fault-tolerant results past memory, and
+    /// the embedded workers spill (each in its own directory in it,
+    /// emptied at start); default: the system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    spill_dir: Option<PathBuf>,
+
+    /// Most bytes the coordinator's spool, and each embedded worker, may
+    /// put in --spill-dir, e.g. 50G; past it a query fails with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, value_parser = parse_bytes, default_value = "100G")]
+    spill_limit: usize,
 
     /// Seconds between health probes of the workers.
     #[arg(long, default_value_t = 2.0)]
@@ -373,6 +392,13 @@ async fn main() -> anyhow::Result<()> {
         max_queries_per_user: args.max_queries_per_user.max(1),
         coordinator_scan_limit: args.coordinator_scan_limit as u64,
         reuse_plans: args.reuse_plans,
+        retry_policy: args.retry_policy,
+        spill: SpillSettings {
+            dir: args
+                .spill_dir
+                .unwrap_or_else(|| std::env::temp_dir().join("squadron-spill")),
+            limit: args.spill_limit as u64,
+        },
     })
     .await?;
     eprintln!("workers: {}", server.workers.join(", "));

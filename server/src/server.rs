@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -44,7 +44,7 @@ use squadron_coordinator::coordinator::JobLimits;
 use squadron_coordinator::queries::LiveQueries;
 use squadron_coordinator::scheduler::JobRunner;
 use squadron_coordinator::Coordinator;
-use squadron_exec::squadron_options::{with_squadron_options, SquadronOptions};
+use squadron_exec::squadron_options::{with_squadron_options, RetryPolicy, SquadronOptions};
 use squadron_planner::context::coordinator_session_config;
 use squadron_planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT;
 
@@ -139,6 +139,45 @@ pub struct ServerOptions {
     /// Whether statements that differ only in their constants re-use a
     /// plan (`--reuse-plans`).
     pub reuse_plans: bool,
+    /// The sessions' default `squadron.retry_policy` (`--retry-policy`).
+    pub retry_policy: RetryPolicy,
+    /// Where the coordinator spools and embedded workers spill.
+    pub spill: SpillSettings,
+}
+
+/// The coordinator's result spool: its own directory in `--spill-dir`, by
+/// its port, emptied at start (what a killed coordinator left there is no
+/// one's). On port 0 (tests, several coordinators in one process) the
+/// directory is shared and not emptied: each spool lives in a temporary
+/// directory of its own inside it, removed when the coordinator stops.
+fn spool_disk(spill: &SpillSettings, port: u16) -> anyhow::Result<Arc<DiskManager>> {
+    let dir = spill.dir.join(format!("coordinator-{port}"));
+    if port != 0 && dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| anyhow::anyhow!("creating the spool directory {}: {e}", dir.display()))?;
+    let disk = DiskManagerBuilder::default()
+        .with_mode(DiskManagerMode::Directories(vec![dir]))
+        .with_max_temp_directory_size(spill.limit)
+        .build()?;
+    Ok(Arc::new(disk))
+}
+
+/// `--spill-dir` and `--spill-limit`.
+#[derive(Debug, Clone)]
+pub struct SpillSettings {
+    pub dir: PathBuf,
+    pub limit: u64,
+}
+
+impl Default for SpillSettings {
+    fn default() -> Self {
+        Self {
+            dir: std::env::temp_dir().join("squadron-spill"),
+            limit: 100 << 30,
+        }
+    }
 }
 
 impl Default for ServerOptions {
@@ -169,6 +208,8 @@ impl Default for ServerOptions {
             max_queries_per_user: DEFAULT_MAX_QUERIES_PER_USER,
             coordinator_scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
             reuse_plans: true,
+            retry_policy: RetryPolicy::default(),
+            spill: SpillSettings::default(),
         }
     }
 }
@@ -314,6 +355,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         // Same gRPC and Flight paths as a remote worker, on loopback.
         let worker_options = LocalWorkerOptions {
             memory_limit: options.worker_memory_limit,
+            spill: Some(options.spill.clone()),
             cluster_tls: options.cluster_tls.clone(),
             warehouse: warehouse_url.clone(),
             stores: options.stores.clone(),
@@ -339,6 +381,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let defaults = SquadronOptions {
         coordinator_scan_limit: options.coordinator_scan_limit,
         reuse_plans: options.reuse_plans,
+        retry_policy: options.retry_policy,
         ..SquadronOptions::default()
     };
     let mut config = with_squadron_options(coordinator_session_config(partitions), defaults);
@@ -388,7 +431,8 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         health.clone(),
         options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
-    );
+    )
+    .with_spool_disk(spool_disk(&options.spill, options.listen.port())?);
     let coordinator = Coordinator::new(ctx, runner, &options.limits)
         .with_table_roots(options.table_roots.clone());
     let mut janitor = None;

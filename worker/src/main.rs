@@ -12,6 +12,7 @@ use squadron_exec::object_stores::StoreOptions;
 use squadron_exec::plan::guard::DataRoots;
 use squadron_net::tls::ClusterTlsFiles;
 use squadron_worker::task::Failpoint;
+use squadron_worker::SpillOptions;
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 
@@ -40,6 +41,19 @@ struct Args {
     /// query needing more fails with RESOURCE_EXHAUSTED.
     #[arg(long, value_parser = parse_bytes)]
     memory_limit: Option<usize>,
+
+    /// Where exchange outputs spill past memory (retained outputs of the
+    /// fault-tolerant mode, and queues past --memory-limit) and where
+    /// DataFusion's sorts, aggregates and joins spill. The worker uses its
+    /// own `worker-PORT` directory in it, emptied at start.
+    #[arg(long, value_name = "DIR")]
+    spill_dir: Option<PathBuf>,
+
+    /// Most bytes this worker may spill, e.g. 50G; past it the query
+    /// spilling fails with RESOURCE_EXHAUSTED and the worker keeps
+    /// running.
+    #[arg(long, value_parser = parse_bytes, default_value = "100G")]
+    spill_limit: usize,
 
     /// On SIGTERM, seconds to let running tasks finish before exiting.
     #[arg(long, default_value_t = 30)]
@@ -120,8 +134,17 @@ async fn main() -> anyhow::Result<()> {
         ),
         (Some(_), _) => {}
     }
+    let listener = TcpListener::bind(args.listen).await?;
+    let addr = listener.local_addr()?;
+    let spill_root = args
+        .spill_dir
+        .unwrap_or_else(|| std::env::temp_dir().join("squadron-spill"));
     let worker = Worker::new(WorkerOptions {
         memory_limit: args.memory_limit,
+        spill: Some(SpillOptions {
+            dir: spill_root.join(format!("worker-{}", addr.port())),
+            limit: args.spill_limit as u64,
+        }),
         failpoint,
         cluster_tls,
         data_roots: DataRoots::new(&args.data_roots)?.with_warehouse(
@@ -134,8 +157,6 @@ async fn main() -> anyhow::Result<()> {
         ),
         stores: StoreOptions::parse_all(&args.stores)?,
     })?;
-    let listener = TcpListener::bind(args.listen).await?;
-    let addr = listener.local_addr()?;
     let terminated = termination();
     // Tools that start workers read this line for the bound port.
     println!("squadron-worker listening on {}://{addr}", worker.scheme());

@@ -1,7 +1,11 @@
 //! What workers record in Prometheus metrics (the exporter is
 //! `squadron_common::metrics::serve`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use squadron_exec::stream::RetainedMemory;
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 
@@ -12,6 +16,8 @@ pub const SHUFFLE_BYTES: &str = "squadron_shuffle_sent_bytes_total";
 pub const SHUFFLE_BATCHES: &str = "squadron_shuffle_sent_batches_total";
 pub const WORKER_MEMORY_RESERVED: &str = "squadron_worker_memory_reserved_bytes";
 pub const WORKER_STAGE_PLANS: &str = "squadron_worker_stage_plans_total";
+pub const EXCHANGE_SPILLED_BYTES: &str = "squadron_worker_exchange_spilled_bytes_total";
+pub const EXCHANGE_RETAINED_BYTES: &str = "squadron_worker_exchange_retained_bytes";
 
 /// Where a task's plan came from (`source` label): decoded from its
 /// request, or shared with a running task of the same stage.
@@ -49,6 +55,19 @@ pub fn describe_worker() {
         WORKER_STAGE_PLANS,
         "Task plans, by source: decoded, or shared with a running task of the same stage"
     );
+    describe_counter!(
+        EXCHANGE_SPILLED_BYTES,
+        Unit::Bytes,
+        "Bytes of task output spilled to disk (retained outputs past memory, queues past \
+         --memory-limit)"
+    );
+    describe_gauge!(
+        EXCHANGE_RETAINED_BYTES,
+        Unit::Bytes,
+        "Bytes of retained task output (fault-tolerant mode) held in memory now"
+    );
+    counter!(EXCHANGE_SPILLED_BYTES).increment(0);
+    gauge!(EXCHANGE_RETAINED_BYTES).increment(0.0);
     for source in STAGE_PLAN_SOURCES {
         counter!(WORKER_STAGE_PLANS, "source" => *source).increment(0);
     }
@@ -67,21 +86,31 @@ pub fn task_finished(outcome: &'static str, elapsed: Duration) {
     metrics::histogram!(WORKER_TASK_SECONDS).record(elapsed.as_secs_f64());
 }
 
-/// Reports the execution memory `runtime`'s tasks hold, every second, until
-/// dropped. Adds its change to the gauge, so the workers of one process
-/// sum up.
+/// Reports the execution memory `runtime`'s tasks hold, the retained
+/// exchange memory and the bytes spilled, every second, until dropped.
+/// Adds changes, so the workers of one process sum up.
 pub fn report_memory(
-    runtime: std::sync::Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    retained: Arc<RetainedMemory>,
+    spilled: Arc<AtomicU64>,
 ) -> tokio_util::task::AbortOnDropHandle<()> {
     tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
         let reserved = gauge!(WORKER_MEMORY_RESERVED);
-        let mut last = 0usize;
+        let retained_gauge = gauge!(EXCHANGE_RETAINED_BYTES);
+        let spilled_counter = counter!(EXCHANGE_SPILLED_BYTES);
+        let (mut last, mut last_retained, mut last_spilled) = (0usize, 0usize, 0u64);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
             let now = runtime.memory_pool.reserved();
             reserved.increment(now as f64 - last as f64);
             last = now;
+            let now = retained.used();
+            retained_gauge.increment(now as f64 - last_retained as f64);
+            last_retained = now;
+            let now = spilled.load(Ordering::Relaxed);
+            spilled_counter.increment(now.saturating_sub(last_spilled));
+            last_spilled = now;
         }
     }))
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
@@ -13,10 +14,11 @@ use tonic::service::interceptor::InterceptedService;
 use tonic_health::ServingStatus;
 
 use crate::service::{WorkerControl, WorkerFlight};
+use crate::task::runner::TaskResources;
 use crate::task::{Failpoint, StagePlans, TaskRegistry, TaskRunner};
 use squadron_exec::object_stores::{ObjectStores, StoreOptions};
 use squadron_exec::plan::guard::DataRoots;
-use squadron_exec::stream::StreamManager;
+use squadron_exec::stream::{RetainedMemory, StreamManager};
 use squadron_net::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
 use squadron_net::tls::client::ClusterClientTls;
 use squadron_net::tls::conn::{incoming, peer_roles};
@@ -35,6 +37,9 @@ pub struct WorkerOptions {
     /// runs short; a query that still needs more fails with
     /// RESOURCE_EXHAUSTED while other queries keep running.
     pub memory_limit: Option<usize>,
+    /// Where and how much this worker spills; DataFusion's own temporary
+    /// directory, without a limit of ours, when `None` (tests).
+    pub spill: Option<SpillOptions>,
     /// Test-only fault injection (see `task::failpoint`).
     pub failpoint: Option<Arc<Failpoint>>,
     /// Mutual TLS inside the cluster; plaintext and open to anyone who
@@ -47,6 +52,29 @@ pub struct WorkerOptions {
     pub stores: Vec<StoreOptions>,
 }
 
+/// This worker's spill directory (its own, emptied at start: whatever a
+/// killed worker left there is no one's) and its most bytes.
+#[derive(Debug, Clone)]
+pub struct SpillOptions {
+    pub dir: std::path::PathBuf,
+    pub limit: u64,
+}
+
+impl SpillOptions {
+    /// Empties (or creates) the directory.
+    fn prepare(&self) -> anyhow::Result<()> {
+        if self.dir.exists() {
+            std::fs::remove_dir_all(&self.dir)?;
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        Ok(())
+    }
+}
+
+/// The in-memory share of retained exchange outputs: a quarter of
+/// `--memory-limit`, or this without one.
+const DEFAULT_RETAINED_MEMORY: usize = 1 << 30;
+
 /// A worker's shared state.
 #[derive(Clone)]
 pub struct Worker {
@@ -56,6 +84,9 @@ pub struct Worker {
     pub stage_plans: StagePlans,
     pub clients: PeerClients,
     runtime: Arc<RuntimeEnv>,
+    retained_memory: Arc<RetainedMemory>,
+    /// Bytes of exchange output spilled (for the metrics).
+    spilled: Arc<std::sync::atomic::AtomicU64>,
     failpoint: Option<Arc<Failpoint>>,
     data_roots: DataRoots,
     /// The listener's TLS settings (cluster mTLS), when on.
@@ -68,6 +99,21 @@ impl Worker {
     pub fn new(options: WorkerOptions) -> anyhow::Result<Self> {
         let mut runtime = RuntimeEnvBuilder::new()
             .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())));
+        if let Some(spill) = &options.spill {
+            spill.prepare().map_err(|e| {
+                anyhow::anyhow!("preparing the spill directory {}: {e}", spill.dir.display())
+            })?;
+            runtime = runtime.with_disk_manager_builder(
+                DiskManagerBuilder::default()
+                    .with_mode(DiskManagerMode::Directories(vec![spill.dir.clone()]))
+                    .with_max_temp_directory_size(spill.limit),
+            );
+        }
+        let retained_memory = RetainedMemory::new(
+            options
+                .memory_limit
+                .map_or(DEFAULT_RETAINED_MEMORY, |limit| limit / 4),
+        );
         if let Some(limit) = options.memory_limit {
             // Track the largest consumers so an out-of-memory error names them.
             let pool: Arc<dyn MemoryPool> = Arc::new(TrackConsumersPool::new(
@@ -91,11 +137,18 @@ impl Worker {
             stage_plans: StagePlans::default(),
             clients,
             runtime: runtime.build_arc()?,
+            retained_memory,
+            spilled: Arc::default(),
             failpoint: options.failpoint,
             data_roots: options.data_roots,
             tls,
             _cert: cert,
         })
+    }
+
+    /// Bytes of task output this worker spilled so far.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.spilled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The scheme peers reach this worker with.
@@ -116,13 +169,21 @@ impl Worker {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         crate::metrics::describe_worker();
-        let _memory = crate::metrics::report_memory(Arc::clone(&self.runtime));
+        let _memory = crate::metrics::report_memory(
+            Arc::clone(&self.runtime),
+            Arc::clone(&self.retained_memory),
+            Arc::clone(&self.spilled),
+        );
         let runner = TaskRunner::new(
             self.streams.clone(),
             self.tasks.clone(),
             self.stage_plans.clone(),
             self.clients.clone(),
-            Arc::clone(&self.runtime),
+            TaskResources {
+                runtime: Arc::clone(&self.runtime),
+                retained_memory: Arc::clone(&self.retained_memory),
+                spilled: Arc::clone(&self.spilled),
+            },
             self.failpoint.clone(),
             self.data_roots.clone(),
         );

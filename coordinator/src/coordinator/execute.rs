@@ -106,13 +106,14 @@ impl Coordinator {
                 stages = graph.stages.len(),
                 tasks = graph.task_count(),
                 attempts = report.attempts,
+                tasks_rerun = report.tasks_rerun,
                 rows = report.rows,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "job {}",
                 report.outcome
             );
             if let Some(placement) = &report.placement {
-                running.remember(&job_id, &graph, placement, report.attempts);
+                running.remember(&job_id, &graph, placement, &report);
             }
         };
         // The job's log lines carry the query's id (the caller's span).

@@ -2,6 +2,8 @@
 //! statement: the steps of `squadron_planner::pipeline` the coordinator
 //! drives, and where a plan runs.
 
+use crate::scheduler::job_runner::RETRY_POLICY;
+use squadron_exec::squadron_options::RetryPolicy;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -274,7 +276,13 @@ impl Coordinator {
         reader: Reader,
     ) -> Result<PlannedQuery, Error> {
         let state = session.ctx().state();
-        let settings = session.changed_settings();
+        let mut settings = session.changed_settings();
+        // The server's default policy travels with the tasks too: a worker
+        // retains outputs only when told.
+        let policy = session.squadron_options().retry_policy;
+        if policy != RetryPolicy::default() && !settings.iter().any(|(k, _)| k == RETRY_POLICY) {
+            settings.push((RETRY_POLICY.to_string(), policy.name().to_string()));
+        }
         match &logical {
             LogicalPlan::Explain(explain) => {
                 self.explain(session, &logical, explain, settings).await

@@ -75,6 +75,8 @@ pub struct JobRecord {
     pub tasks: usize,
     /// Attempts the job took (more than 1 after a lost worker).
     pub attempts: u32,
+    /// Tasks run again on their own (retry policy 'task').
+    pub tasks_rerun: u32,
     /// The workers each stage's tasks ran on in the last attempt, by stage
     /// then partition.
     pub placement: Vec<Vec<String>>,
@@ -124,6 +126,7 @@ impl RunningJobs {
                 attempts: 0,
                 rows: 0,
                 placement: None,
+                tasks_rerun: 0,
             };
             let report = tokio::select! {
                 report = run => report,
@@ -243,13 +246,14 @@ impl RunningJobs {
         job_id: &str,
         graph: &JobGraph,
         placement: &Placement,
-        attempts: u32,
+        report: &JobReport,
     ) {
         let record = JobRecord {
             job_id: job_id.to_string(),
             stages: graph.stages.len(),
             tasks: graph.task_count(),
-            attempts,
+            attempts: report.attempts,
+            tasks_rerun: report.tasks_rerun,
             placement: graph
                 .stages
                 .iter()

@@ -2,6 +2,7 @@
 
 pub mod encode;
 pub mod job_output;
+pub mod spool;
 
 pub use encode::{encode_batches, schema_message};
 pub use job_output::{stream_output, AttemptEnd, OutputSender, OUTPUT_BUFFER};

@@ -47,6 +47,8 @@ pub struct TaskFailure {
     /// Only a failure to read another task's output: a symptom whose cause
     /// is usually reported by that task's own monitor.
     pub derived: bool,
+    /// The task attempt that failed, when known.
+    pub task: Option<TaskRef>,
 }
 
 impl TaskFailure {
@@ -55,8 +57,17 @@ impl TaskFailure {
             status,
             lost_worker,
             derived: false,
+            task: None,
         }
     }
+}
+
+/// One attempt of one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskRef {
+    pub stage: usize,
+    pub partition: usize,
+    pub attempt: u32,
 }
 
 /// One attempt of a job whose tasks all run; its failures arrive on
@@ -100,7 +111,11 @@ impl Drop for JobAttempt {
     }
 }
 
-async fn clean_up_workers(request: CleanUpJobRequest, workers: Vec<String>, clients: PeerClients) {
+pub(super) async fn clean_up_workers(
+    request: CleanUpJobRequest,
+    workers: Vec<String>,
+    clients: PeerClients,
+) {
     for url in workers {
         let result = match clients.worker(&url) {
             Ok(mut client) => client.clean_up_job(request.clone()).await.map(|_| ()),
@@ -165,9 +180,9 @@ pub async fn start_job(
     let accepts = graph.stages.iter().flat_map(|stage| {
         (0..stage.tasks).map(|partition| {
             let url = placement.worker_of(stage.id, partition).to_string();
-            let mut request = task_request(
-                job_id, attempt, graph, stage, partition, placement, settings,
-            );
+            let locate = |s: usize, p: usize| (placement.worker_of(s, p).to_string(), attempt);
+            let mut request =
+                task_request(job_id, attempt, graph, stage, partition, &locate, settings);
             request.engine_build = engine.clone();
             request.own_url = url.clone();
             request.stream_secret = secret_bytes.clone();
@@ -190,7 +205,7 @@ pub async fn start_job(
 }
 
 /// Sends one task and waits for ACCEPTED.
-async fn dispatch(
+pub(super) async fn dispatch(
     clients: &PeerClients,
     url: String,
     request: RunTaskRequest,
@@ -279,9 +294,8 @@ async fn monitor(
                 s.message
             );
             TaskFailure {
-                status: Status::new(failure_code(&s), s.message),
-                lost_worker: None,
                 derived: s.upstream,
+                ..TaskFailure::new(Status::new(failure_code(&s), s.message), None)
             }
         }
         Ok(None) => TaskFailure::new(
@@ -296,20 +310,22 @@ async fn monitor(
     let _ = failures.try_send(failure);
 }
 
-fn failure_code(status: &TaskStatus) -> Code {
+pub(super) fn failure_code(status: &TaskStatus) -> Code {
     match Code::from(status.code) {
         Code::Ok => Code::Internal,
         code => code,
     }
 }
 
-fn task_request(
+/// The request of one task attempt; `locate` says where each input task's
+/// current attempt runs.
+pub(super) fn task_request(
     job_id: &str,
     attempt: u32,
     graph: &JobGraph,
     stage: &Stage,
     partition: usize,
-    placement: &Placement,
+    locate: &dyn Fn(usize, usize) -> (String, u32),
     settings: &HashMap<String, String>,
 ) -> RunTaskRequest {
     let mut peers: Vec<String> = vec![];
@@ -326,10 +342,13 @@ fn task_request(
         .map(|&input| StageInput {
             stage_id: input as u32,
             tasks: (0..graph.stages[input].tasks)
-                .map(|p| TaskLocation {
-                    partition: p as u32,
-                    attempt,
-                    peer: peer_index(placement.worker_of(input, p)),
+                .map(|p| {
+                    let (url, attempt) = locate(input, p);
+                    TaskLocation {
+                        partition: p as u32,
+                        attempt,
+                        peer: peer_index(&url),
+                    }
                 })
                 .collect(),
         })
@@ -355,7 +374,7 @@ fn task_request(
     }
 }
 
-fn task_name(key: Option<&TaskKey>, attempt: u32) -> String {
+pub(super) fn task_name(key: Option<&TaskKey>, attempt: u32) -> String {
     match key {
         Some(k) => format!("s{}/p{}/a{attempt}", k.stage_id, k.partition),
         None => "?".into(),

@@ -18,14 +18,20 @@ use std::sync::Arc;
 use tonic::{Code, Status};
 
 use super::dispatch::{is_query_error, start_job, Attempt, JobIds, TaskFailure};
+use super::fault_tolerant::FaultTolerantRun;
 use super::placement::Placement;
 use super::progress::JobProgress;
 use crate::cluster::{WorkerHealth, WorkerResolver};
 use crate::output::job_output::{
     lost_worker, open_output, stream_output, AttemptEnd, OutputSender,
 };
+use datafusion::execution::disk_manager::DiskManager;
+use squadron_exec::squadron_options::RetryPolicy;
 use squadron_net::stream::StreamSecret;
 use squadron_planner::JobGraph;
+
+/// The setting that chooses the fault-tolerant mode.
+pub const RETRY_POLICY: &str = "squadron.retry_policy";
 
 pub struct JobRunner {
     pub resolver: Arc<dyn WorkerResolver>,
@@ -36,7 +42,9 @@ pub struct JobRunner {
     /// Planning options that differ from the defaults, sent with every
     /// task so execution sees them too.
     pub settings: HashMap<String, String>,
-    next_worker: AtomicUsize,
+    pub(super) next_worker: AtomicUsize,
+    /// Where fault-tolerant results spool past memory (`--spill-dir`).
+    pub spool_disk: Option<Arc<DiskManager>>,
 }
 
 /// What happened to a job, for the log and the job record.
@@ -47,6 +55,8 @@ pub struct JobReport {
     pub rows: u64,
     /// The placement of the last attempt that started.
     pub placement: Option<Placement>,
+    /// Tasks run again on their own (retry policy 'task').
+    pub tasks_rerun: u32,
 }
 
 impl JobRunner {
@@ -62,7 +72,14 @@ impl JobRunner {
             max_attempts: max_attempts.max(1),
             settings,
             next_worker: AtomicUsize::new(0),
+            spool_disk: None,
         }
+    }
+
+    /// Fault-tolerant results spool past memory to `disk`.
+    pub fn with_spool_disk(mut self, disk: Arc<DiskManager>) -> Self {
+        self.spool_disk = Some(disk);
+        self
     }
 
     /// Runs `graph` until it completes, fails for good, or the client goes.
@@ -76,18 +93,26 @@ impl JobRunner {
         progress: &Arc<JobProgress>,
         tx: &OutputSender,
     ) -> JobReport {
-        let settings = if session_settings.is_empty() {
+        let mut settings = if session_settings.is_empty() {
             Cow::Borrowed(&self.settings)
         } else {
             let mut all = self.settings.clone();
             all.extend(session_settings.iter().cloned());
             Cow::Owned(all)
         };
+        if settings.get(RETRY_POLICY).map(String::as_str) == Some(RetryPolicy::Task.name()) {
+            if !graph.writes_files() {
+                return FaultTolerantRun::run(self, ids, graph, &settings, progress, tx).await;
+            }
+            // A write retries with its whole job; its outputs need not stay.
+            settings.to_mut().remove(RETRY_POLICY);
+        }
         let mut report = JobReport {
             outcome: "failed",
             attempts: 0,
             rows: 0,
             placement: None,
+            tasks_rerun: 0,
         };
         loop {
             let attempt = report.attempts;

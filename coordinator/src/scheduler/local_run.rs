@@ -73,6 +73,7 @@ pub fn run_locally(
             attempts: 1,
             rows: 0,
             placement: None,
+            tasks_rerun: 0,
         }
     }
 }

@@ -2,10 +2,12 @@
 
 pub mod admission;
 pub mod dispatch;
+pub mod fault_tolerant;
 pub mod job_runner;
 pub mod local_run;
 pub mod placement;
 pub mod progress;
+pub mod rerun;
 pub mod stoppable;
 
 pub use admission::Admission;

@@ -10,26 +10,39 @@
 //!   yet, must not starve the readers that are ready. Otherwise consumers
 //!   that read their inputs in different orders (a sort-merge join reads two
 //!   shuffles in step) deadlock on each other's producers. Past the bounds
-//!   such a channel's memory is accounted in the worker's memory pool, so an
-//!   overfill beyond `--memory-limit` fails the query instead of the worker.
+//!   such a channel's memory is accounted in the worker's memory pool; what
+//!   the pool cannot hold is spilled to disk (`spill`) when the worker may
+//!   spill, and fails the query otherwise, never the worker.
 //! - A reader that is dropped releases its channel at once: its queue is
 //!   freed and the producer stops writing to it.
 //! - A channel ends cleanly only after the producer called `finish`; a
 //!   producer dropped before that (aborted, panicked) ends every channel with
 //!   an error, so a cut stream is never taken for a short success.
+//!
+//! A *retained* output (`OutputMode::retain`, the fault-tolerant mode) keeps
+//! every batch until the task's owner lets it go at the job's end, so a
+//! consumer that is run again reads it again from the start
+//! (`OutputReader::reread`). Its producer never waits for readers: it keeps
+//! batches in memory within the process's `RetainedMemory` and the memory
+//! pool, and spills the rest.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::disk_manager::DiskManager;
 use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::execution::SpillFile;
 use futures::Stream;
 use tokio::sync::Notify;
 use tonic::Status;
 
+use super::spill::{read_spilled, ExchangeSpill, Spilled};
+use squadron_common::error::to_status;
 use squadron_net::stream::flight_batches::real_size;
 
 /// Batches a channel holds before the producer waits (unless a reader starves).
@@ -37,13 +50,78 @@ pub const MAX_BATCHES: usize = 8;
 /// Bytes a channel holds before the producer waits (unless a reader starves).
 pub const MAX_BYTES: usize = 8 * 1024 * 1024;
 
+/// The bytes retained outputs of one process may keep in memory in all;
+/// beyond it they spill.
+#[derive(Debug)]
+pub struct RetainedMemory {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl RetainedMemory {
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + bytes <= self.limit).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// How a task's output is kept.
+#[derive(Clone, Default)]
+pub struct OutputMode {
+    /// Keep every batch for re-reading until the output is dropped.
+    pub retain: bool,
+    /// Where batches go that memory cannot hold; `None`: nowhere (the
+    /// query fails instead).
+    pub disk: Option<Arc<DiskManager>>,
+    /// The in-memory share of retained outputs (required with `retain`).
+    pub retained_memory: Option<Arc<RetainedMemory>>,
+    /// Counts every byte spilled (the process's total, for its metrics).
+    pub spilled_total: Option<Arc<AtomicU64>>,
+}
+
+#[derive(Clone)]
+enum Item {
+    Memory(RecordBatch, usize),
+    Disk(Spilled),
+}
+
 #[derive(Default)]
 struct Channel {
-    queue: VecDeque<(RecordBatch, usize)>,
+    items: VecDeque<Item>,
+    /// Items read off the front (never, when retained).
+    base: usize,
+    /// Bytes of the items held in memory.
     bytes: usize,
     reader_gone: bool,
-    /// Set while the reader waits on an empty queue.
-    waker: Option<Waker>,
+    /// Readers waiting for the next item.
+    wakers: Vec<Waker>,
+}
+
+impl Channel {
+    fn wake(&mut self) {
+        for waker in self.wakers.drain(..) {
+            waker.wake();
+        }
+    }
 }
 
 enum End {
@@ -57,6 +135,80 @@ struct State {
     channels: Vec<Channel>,
     end: End,
     reservation: MemoryReservation,
+    mode: OutputMode,
+    spill: Option<ExchangeSpill>,
+    /// The spill file, for readers.
+    spill_file: Option<Arc<dyn SpillFile>>,
+}
+
+impl State {
+    /// Keeps `batch` on `channel`: in memory when there is room, else on
+    /// disk when allowed.
+    fn store(&mut self, channel: usize, batch: RecordBatch, size: usize) -> Result<()> {
+        let cap = self
+            .mode
+            .retained_memory
+            .as_ref()
+            .filter(|_| self.mode.retain);
+        let within_cap = cap.is_none_or(|cap| cap.try_take(size));
+        let grown = if within_cap {
+            let grown = self.reservation.try_grow(size);
+            if grown.is_err() {
+                if let Some(cap) = cap {
+                    cap.give_back(size);
+                }
+            }
+            grown
+        } else {
+            Err(DataFusionError::ResourcesExhausted(
+                "the retained exchange memory is full".into(),
+            ))
+        };
+        let item = match (grown, &self.mode.disk) {
+            (Ok(()), _) => {
+                self.channels[channel].bytes += size;
+                Item::Memory(batch, size)
+            }
+            (Err(_), Some(disk)) => {
+                if self.spill.is_none() {
+                    let spill = ExchangeSpill::create(disk, "exchange output")?;
+                    self.spill_file = Some(spill.file());
+                    self.spill = Some(spill);
+                }
+                let spill = self.spill.as_mut().expect("created above");
+                let spilled = spill.append(&batch)?;
+                if let Some(total) = &self.mode.spilled_total {
+                    total.fetch_add(spilled.len(), Ordering::Relaxed);
+                }
+                Item::Disk(spilled)
+            }
+            (Err(e), None) => return Err(e),
+        };
+        let ch = &mut self.channels[channel];
+        ch.items.push_back(item);
+        ch.wake();
+        Ok(())
+    }
+
+    /// Frees `size` bytes of memory taken by `store`.
+    fn release(&mut self, size: usize) {
+        self.reservation.shrink(size);
+        if let Some(cap) = self
+            .mode
+            .retained_memory
+            .as_ref()
+            .filter(|_| self.mode.retain)
+        {
+            cap.give_back(size);
+        }
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        let held: usize = self.channels.iter().map(|c| c.bytes).sum();
+        self.release(held);
+    }
 }
 
 struct Shared {
@@ -78,11 +230,24 @@ pub fn output_channels(
     channels: usize,
     reservation: MemoryReservation,
 ) -> (OutputWriter, Vec<OutputReader>) {
+    output_channels_with(channels, reservation, OutputMode::default())
+}
+
+/// `output_channels`, kept as `mode` says.
+pub fn output_channels_with(
+    channels: usize,
+    reservation: MemoryReservation,
+    mode: OutputMode,
+) -> (OutputWriter, Vec<OutputReader>) {
+    let retain = mode.retain;
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             channels: (0..channels).map(|_| Channel::default()).collect(),
             end: End::Running,
             reservation,
+            mode,
+            spill: None,
+            spill_file: None,
         }),
         producer: Notify::new(),
     });
@@ -90,11 +255,14 @@ pub fn output_channels(
         .map(|channel| OutputReader {
             shared: Arc::clone(&shared),
             channel,
+            next: 0,
+            retain,
             done: false,
         })
         .collect();
     let writer = OutputWriter {
         shared,
+        retain,
         ended: false,
     };
     (writer, readers)
@@ -103,14 +271,20 @@ pub fn output_channels(
 /// The producing task's end of its output channels.
 pub struct OutputWriter {
     shared: Arc<Shared>,
+    retain: bool,
     ended: bool,
 }
 
 impl OutputWriter {
     /// Queues a batch on a channel, waiting while the channel is full and no
-    /// reader starves. `Ok(false)`: the channel's reader is gone.
+    /// reader starves (never, when retained). `Ok(false)`: the channel's
+    /// reader is gone.
     pub async fn send(&self, channel: usize, batch: RecordBatch) -> Result<bool> {
         let size = real_size(&batch);
+        if self.retain {
+            self.shared.lock().store(channel, batch, size)?;
+            return Ok(true);
+        }
         loop {
             // Created before the check so a wake-up in between is not lost.
             let notified = self.shared.producer.notified();
@@ -119,20 +293,14 @@ impl OutputWriter {
                 let starving = state
                     .channels
                     .iter()
-                    .any(|c| !c.reader_gone && c.waker.is_some());
+                    .any(|c| !c.reader_gone && !c.wakers.is_empty());
                 let ch = &state.channels[channel];
                 if ch.reader_gone {
                     return Ok(false);
                 }
-                let room = ch.queue.len() < MAX_BATCHES && ch.bytes < MAX_BYTES;
+                let room = ch.items.len() < MAX_BATCHES && ch.bytes < MAX_BYTES;
                 if room || starving {
-                    state.reservation.try_grow(size)?;
-                    let ch = &mut state.channels[channel];
-                    ch.queue.push_back((batch, size));
-                    ch.bytes += size;
-                    if let Some(waker) = ch.waker.take() {
-                        waker.wake();
-                    }
+                    state.store(channel, batch, size)?;
                     return Ok(true);
                 }
             }
@@ -144,10 +312,16 @@ impl OutputWriter {
         self.shared.lock().channels.len()
     }
 
-    /// Channels whose reader has not gone away.
+    /// Channels whose reader has not gone away (all, when retained: a
+    /// consumer run again will read them).
     pub fn open_channels(&self) -> usize {
         let state = self.shared.lock();
         state.channels.iter().filter(|c| !c.reader_gone).count()
+    }
+
+    /// Bytes spilled to disk so far.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.shared.lock().spill.as_ref().map_or(0, |s| s.bytes())
     }
 
     /// Ends every channel cleanly once its queue is read.
@@ -165,9 +339,7 @@ impl OutputWriter {
         let mut state = self.shared.lock();
         state.end = end;
         for ch in &mut state.channels {
-            if let Some(waker) = ch.waker.take() {
-                waker.wake();
-            }
+            ch.wake();
         }
     }
 }
@@ -192,7 +364,28 @@ impl Drop for OutputWriter {
 pub struct OutputReader {
     shared: Arc<Shared>,
     channel: usize,
+    /// The next item to read, counted from the channel's first.
+    next: usize,
+    retain: bool,
     done: bool,
+}
+
+impl OutputReader {
+    /// A new reader of the same retained channel, from its start; `None`
+    /// when the channel is not retained (its items are gone once read).
+    pub fn reread(&self) -> Option<OutputReader> {
+        self.retain.then(|| OutputReader {
+            shared: Arc::clone(&self.shared),
+            channel: self.channel,
+            next: 0,
+            retain: true,
+            done: false,
+        })
+    }
+
+    pub fn is_retained(&self) -> bool {
+        self.retain
+    }
 }
 
 impl Stream for OutputReader {
@@ -202,18 +395,45 @@ impl Stream for OutputReader {
         if self.done {
             return Poll::Ready(None);
         }
-        let channel = self.channel;
+        let (channel, next, retain) = (self.channel, self.next, self.retain);
         let mut state = self.shared.lock();
-        if let Some((batch, size)) = state.channels[channel].queue.pop_front() {
-            state.channels[channel].bytes -= size;
-            state.reservation.shrink(size);
+        let ch = &mut state.channels[channel];
+        if let Some(item) = ch.items.get(next - ch.base).cloned() {
+            if !retain {
+                ch.items.pop_front();
+                ch.base += 1;
+                if let Item::Memory(_, size) = &item {
+                    ch.bytes -= size;
+                    state.release(*size);
+                }
+            }
+            let file = state.spill_file.clone();
             drop(state);
-            self.shared.producer.notify_one();
-            return Poll::Ready(Some(Ok(batch)));
+            self.next += 1;
+            if !retain {
+                self.shared.producer.notify_one();
+            }
+            let batch = match item {
+                Item::Memory(batch, _) => Ok(batch),
+                // Read in place: a spilled batch is a few MB, mostly still
+                // in the page cache.
+                Item::Disk(at) => match file {
+                    Some(file) => read_spilled(&file, at).map_err(|e| to_status(&e)),
+                    None => Err(Status::internal("a spilled batch without its file")),
+                },
+            };
+            if batch.is_err() {
+                self.done = true;
+            }
+            return Poll::Ready(Some(batch));
         }
         let item = match &state.end {
             End::Running => {
-                state.channels[channel].waker = Some(cx.waker().clone());
+                let waker = cx.waker();
+                let ch = &mut state.channels[channel];
+                if !ch.wakers.iter().any(|w| w.will_wake(waker)) {
+                    ch.wakers.push(waker.clone());
+                }
                 drop(state);
                 // A waiting reader may unblock the producer (see the rules).
                 self.shared.producer.notify_one();
@@ -233,13 +453,17 @@ impl Stream for OutputReader {
 
 impl Drop for OutputReader {
     fn drop(&mut self) {
+        if self.retain {
+            // The batches stay for the next reader; only the wake-up goes.
+            return;
+        }
         let mut state = self.shared.lock();
         let ch = &mut state.channels[self.channel];
         ch.reader_gone = true;
-        ch.waker = None;
+        ch.wakers.clear();
         let freed = std::mem::take(&mut ch.bytes);
-        ch.queue.clear();
-        state.reservation.shrink(freed);
+        ch.items.clear();
+        state.release(freed);
         drop(state);
         self.shared.producer.notify_one();
     }
@@ -342,5 +566,112 @@ mod tests {
         assert!(pool.reserved() > 0);
         drop(readers);
         assert_eq!(pool.reserved(), 0, "a dropped reader frees its queue");
+    }
+
+    fn disk(dir: &std::path::Path) -> Arc<DiskManager> {
+        use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+        let builder = DiskManagerBuilder::default()
+            .with_mode(DiskManagerMode::Directories(vec![dir.to_path_buf()]));
+        Arc::new(builder.build().unwrap())
+    }
+
+    async fn read_all(reader: &mut OutputReader) -> Vec<usize> {
+        let mut rows = vec![];
+        while let Some(batch) = within(reader.next()).await {
+            rows.push(batch.unwrap().num_rows());
+        }
+        rows
+    }
+
+    #[tokio::test]
+    async fn a_queue_past_the_memory_pool_spills_instead_of_failing() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1024));
+        let mode = OutputMode {
+            disk: Some(disk(dir.path())),
+            ..OutputMode::default()
+        };
+        let reservation = MemoryConsumer::new("t").register(&pool);
+        let (writer, mut readers) = output_channels_with(1, reservation, mode);
+        writer.send(0, batch(10)).await.unwrap();
+        writer.send(0, batch(1000)).await.unwrap();
+        assert!(writer.spilled_bytes() > 0);
+        writer.finish();
+        assert_eq!(read_all(&mut readers[0]).await, vec![10, 1000]);
+        assert_eq!(pool.reserved(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_retained_output_never_waits_and_is_read_again_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let memory = RetainedMemory::new(real_size(&batch(100)) * 3);
+        let mode = OutputMode {
+            retain: true,
+            disk: Some(disk(dir.path())),
+            retained_memory: Some(Arc::clone(&memory)),
+            spilled_total: None,
+        };
+        let reservation = MemoryConsumer::new("t").register(&pool);
+        let (writer, mut readers) = output_channels_with(2, reservation, mode);
+        // Far past the queue bounds with nobody reading: nothing waits.
+        for rows in 1..=(MAX_BATCHES as i64 * 2) {
+            within(writer.send(0, batch(100 + rows))).await.unwrap();
+        }
+        writer.send(1, batch(5)).await.unwrap();
+        assert!(
+            writer.spilled_bytes() > 0,
+            "past the retained memory it spills"
+        );
+        assert!(memory.used() <= real_size(&batch(100)) * 3);
+        let expected: Vec<usize> = (1..=MAX_BATCHES * 2).map(|r| 100 + r).collect();
+        let again = readers[0].reread().unwrap();
+        let mut partial = readers.remove(0);
+        // A reader that stops half-way leaves everything for the next one.
+        for _ in 0..3 {
+            within(partial.next()).await.unwrap().unwrap();
+        }
+        drop(partial);
+        writer.finish();
+        let mut again = again;
+        assert_eq!(read_all(&mut again).await, expected);
+        let mut third = again.reread().unwrap();
+        assert_eq!(read_all(&mut third).await, expected);
+        assert_eq!(read_all(&mut readers[0]).await, vec![5]);
+        drop((again, third, readers));
+        assert_eq!(memory.used(), 0, "the last holder gives the memory back");
+        assert_eq!(pool.reserved(), 0);
+        let left = std::fs::read_dir(dir.path()).unwrap().flatten();
+        let files: usize = left
+            .map(|d| std::fs::read_dir(d.path()).unwrap().count())
+            .sum();
+        assert_eq!(files, 0, "the spill file is gone with its output");
+    }
+
+    #[tokio::test]
+    async fn a_retained_reader_waits_for_the_producer() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let mode = OutputMode {
+            retain: true,
+            disk: None,
+            retained_memory: Some(RetainedMemory::new(1 << 30)),
+            spilled_total: None,
+        };
+        let reservation = MemoryConsumer::new("t").register(&pool);
+        let (writer, mut readers) = output_channels_with(1, reservation, mode);
+        let mut reader = readers.pop().unwrap();
+        let read = tokio::spawn(async move {
+            let mut seen = vec![];
+            while let Some(item) = reader.next().await {
+                seen.push(item.map(|b| b.num_rows()).map_err(|e| e.code()));
+            }
+            seen
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!read.is_finished(), "nothing to read yet");
+        writer.send(0, batch(7)).await.unwrap();
+        drop(writer);
+        let seen = within(read).await.unwrap();
+        assert_eq!(seen, vec![Ok(7), Err(tonic::Code::Aborted)]);
     }
 }

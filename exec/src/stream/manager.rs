@@ -7,6 +7,10 @@
 //! streams go with it. Entries never expire by age, so a stream read late
 //! (a probe side waiting behind a long build) is still there.
 //!
+//! A *retained* stream (the fault-tolerant mode) is not taken: each take
+//! hands out a new reader from its start, so a consumer run again reads it
+//! again; it stays until its owner drops it.
+//!
 //! All tasks of a job are dispatched at once, so a consumer may ask for a
 //! stream before its producer registered it. Such a lookup waits, bounded
 //! by `REGISTRATION_WAIT`, on one notification shared by all waiters: a
@@ -87,9 +91,32 @@ impl StreamManager {
         Ok(())
     }
 
-    /// Takes a stream for its one consumer.
+    /// Takes a stream for its one consumer (a retained stream: a new
+    /// reader of it).
     pub fn take(&self, key: &StreamKey) -> Option<PendingStream> {
+        if let Some(again) = self.reread(key, None) {
+            return again.ok();
+        }
         self.pending.remove(key).map(|(_, stream)| stream)
+    }
+
+    /// A new reader of a retained stream, when `key` is one (refused when
+    /// `signature` is given and does not verify).
+    fn reread(
+        &self,
+        key: &StreamKey,
+        signature: Option<&[u8]>,
+    ) -> Option<Result<PendingStream, Error>> {
+        let stream = self.pending.get(key)?;
+        let reader = stream.reader.reread()?;
+        if signature.is_some_and(|signature| !stream.secret.verifies(key, signature)) {
+            return Some(Err(not_signed(key)));
+        }
+        Some(Ok(PendingStream {
+            schema: Arc::clone(&stream.schema),
+            reader,
+            secret: stream.secret.clone(),
+        }))
     }
 
     /// Takes a stream for a ticket signed with `signature` (a peer's
@@ -103,6 +130,9 @@ impl StreamManager {
         let Some(signature) = signature else {
             return Ok(self.take(key));
         };
+        if let Some(again) = self.reread(key, Some(signature)) {
+            return again.map(Some);
+        }
         loop {
             if let Some((_, stream)) = self
                 .pending
@@ -119,11 +149,7 @@ impl StreamManager {
                 .map(|stream| stream.secret.verifies(key, signature));
             match verifies {
                 None => return Ok(None),
-                Some(false) => {
-                    return Err(Error::permission_denied(format!(
-                        "the ticket for task stream {key} is not signed by its job"
-                    )))
-                }
+                Some(false) => return Err(not_signed(key)),
                 Some(true) => continue,
             }
         }
@@ -175,6 +201,12 @@ impl StreamManager {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
+}
+
+fn not_signed(key: &StreamKey) -> Error {
+    Error::permission_denied(format!(
+        "the ticket for task stream {key} is not signed by its job"
+    ))
 }
 
 #[cfg(test)]
@@ -308,6 +340,49 @@ mod tests {
             .await
             .unwrap();
         assert!(taken.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_retained_stream_is_read_by_every_take_until_dropped() {
+        use crate::stream::channel::{output_channels_with, OutputMode, RetainedMemory};
+        use futures::StreamExt;
+        let m = StreamManager::default();
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let mode = OutputMode {
+            retain: true,
+            disk: None,
+            retained_memory: Some(RetainedMemory::new(1 << 20)),
+            spilled_total: None,
+        };
+        let (writer, readers) =
+            output_channels_with(1, MemoryConsumer::new("t").register(&pool), mode);
+        let job = secret();
+        let k = key("j", 0, 0);
+        m.register(
+            vec![(k.clone(), readers.into_iter().next().unwrap())],
+            &schema(),
+            &job,
+        )
+        .unwrap();
+        writer.finish();
+        for _ in 0..2 {
+            let taken = m
+                .take_when_registered(&k, Duration::from_millis(10), Some(&job.sign(&k)))
+                .await
+                .unwrap()
+                .expect("a retained stream is there for every reader");
+            assert!(taken.reader.collect::<Vec<_>>().await.is_empty());
+        }
+        let forged = secret().sign(&k);
+        let err = m.take_signed(&k, Some(&forged)).err().unwrap();
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+        assert!(m.take(&k).is_some());
+        assert_eq!(
+            m.drop_keys(std::slice::from_ref(&k)),
+            1,
+            "its owner drops it"
+        );
+        assert!(m.take(&k).is_none());
     }
 
     #[test]

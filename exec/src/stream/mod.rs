@@ -3,8 +3,11 @@
 
 pub mod channel;
 pub mod manager;
+pub mod spill;
 pub mod writer;
 
-pub use channel::{output_channels, OutputReader, OutputWriter};
+pub use channel::{
+    output_channels, output_channels_with, OutputMode, OutputReader, OutputWriter, RetainedMemory,
+};
 pub use manager::{PendingStream, StreamManager};
 pub use writer::{write_output, Router};

@@ -28,6 +28,7 @@ impl LaunchWorkers for InProcessWorkers {
         Box::pin(async move {
             let worker_options = WorkerOptions {
                 memory_limit: options.memory_limit,
+                spill: None,
                 failpoint: None,
                 cluster_tls: options.cluster_tls.clone(),
                 data_roots: squadron_exec::plan::guard::DataRoots::default()

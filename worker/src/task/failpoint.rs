@@ -10,6 +10,9 @@
 //! - `crash-on-task=N`: the worker process aborts when its N-th task
 //!   arrives, as a machine that dies mid-query would.
 //! - `panic-on-task=N`: the N-th task panics when it starts.
+//! - `crash-after-batches=N`: the worker process aborts once its tasks
+//!   produced N batches in all: a machine dying in the middle of a query,
+//!   with part of its work done and part of its output read.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,6 +32,7 @@ pub struct Failpoint {
 pub enum Fault {
     Crash,
     Panic,
+    CrashAfterBatches,
 }
 
 impl Failpoint {
@@ -51,6 +55,7 @@ impl Failpoint {
         let fault = match name {
             "crash-on-task" => Fault::Crash,
             "panic-on-task" => Fault::Panic,
+            "crash-after-batches" => Fault::CrashAfterBatches,
             other => anyhow::bail!("{ENV}: unknown failpoint {other:?}"),
         };
         let at_task = n
@@ -65,8 +70,25 @@ impl Failpoint {
 
     /// Counts one arriving task; the fault to inject into it, if any.
     pub fn on_task(&self) -> Option<Fault> {
+        if self.fault == Fault::CrashAfterBatches {
+            return None;
+        }
         let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
         (n == self.at_task).then_some(self.fault)
+    }
+
+    /// Whether tasks must report their batches (`on_batch`).
+    pub fn counts_batches(&self) -> bool {
+        self.fault == Fault::CrashAfterBatches
+    }
+
+    /// Counts one batch a task produced; aborts the process at the N-th.
+    pub fn on_batch(&self) {
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.fault == Fault::CrashAfterBatches && n == self.at_task {
+            tracing::error!("failpoint: crashing the worker after {n} batches");
+            std::process::abort();
+        }
     }
 }
 
@@ -81,6 +103,9 @@ mod tests {
         assert_eq!(f.on_task(), Some(Fault::Panic));
         assert_eq!(f.on_task(), None);
         assert!(Failpoint::parse("explode=1").is_err());
+        let f = Failpoint::parse("crash-after-batches=5").unwrap();
+        assert!(f.counts_batches());
+        assert_eq!(f.on_task(), None, "counted by batches, not tasks");
         assert!(Failpoint::parse("crash-on-task=x").is_err());
     }
 }

@@ -3,6 +3,7 @@
 //! partition and drain it into the channels.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -31,8 +32,11 @@ use squadron_common::version::engine_build;
 use squadron_exec::configured_functions::refresh_configured_functions;
 use squadron_exec::plan::guard::{check_plan, DataRoots};
 use squadron_exec::plan::{decode_plan, StageBinding, StageReadExec};
-use squadron_exec::squadron_options::{with_squadron_options, SquadronOptions};
-use squadron_exec::stream::{output_channels, write_output, OutputWriter, Router, StreamManager};
+use squadron_exec::squadron_options::{with_squadron_options, RetryPolicy, SquadronOptions};
+use squadron_exec::stream::{
+    output_channels_with, write_output, OutputMode, OutputWriter, RetainedMemory, Router,
+    StreamManager,
+};
 use squadron_exec::write::TableWriteExec;
 use squadron_net::client::PeerClients;
 use squadron_net::stream::StreamSecret;
@@ -77,6 +81,15 @@ impl Drop for TaskOwner {
     }
 }
 
+/// What this worker's tasks share: the runtime (memory pool, disk
+/// manager, object stores), the in-memory share of retained outputs, and
+/// the count of bytes spilled (for the metrics).
+pub struct TaskResources {
+    pub runtime: Arc<RuntimeEnv>,
+    pub retained_memory: Arc<RetainedMemory>,
+    pub spilled: Arc<AtomicU64>,
+}
+
 #[derive(Clone)]
 pub struct TaskRunner {
     ctx: SessionContext,
@@ -86,6 +99,9 @@ pub struct TaskRunner {
     failpoint: Option<Arc<Failpoint>>,
     data_roots: DataRoots,
     stage_plans: StagePlans,
+    retained_memory: Arc<RetainedMemory>,
+    /// Bytes of exchange output spilled by this worker's tasks.
+    spilled: Arc<AtomicU64>,
 }
 
 impl TaskRunner {
@@ -94,10 +110,15 @@ impl TaskRunner {
         tasks: TaskRegistry,
         stage_plans: StagePlans,
         clients: PeerClients,
-        runtime: Arc<RuntimeEnv>,
+        resources: TaskResources,
         failpoint: Option<Arc<Failpoint>>,
         data_roots: DataRoots,
     ) -> Self {
+        let TaskResources {
+            runtime,
+            retained_memory,
+            spilled,
+        } = resources;
         let ctx = SessionContext::new_with_config_rt(task_session_config(), runtime);
         ctx.register_udf(
             squadron_exec::single_row::scalar_subquery_value()
@@ -112,6 +133,8 @@ impl TaskRunner {
             failpoint,
             data_roots,
             stage_plans,
+            retained_memory,
+            spilled,
         }
     }
 
@@ -211,7 +234,8 @@ impl TaskRunner {
         let entry = self.tasks.reserve(attempt.clone())?;
         let reservation = MemoryConsumer::new(format!("exchange output {attempt}"))
             .register(&self.ctx.runtime_env().memory_pool);
-        let (writer, readers) = output_channels(channels, reservation);
+        let (writer, readers) =
+            output_channels_with(channels, reservation, self.output_mode(&task_ctx));
         let streams: Vec<(StreamKey, _)> = readers
             .into_iter()
             .enumerate()
@@ -264,6 +288,7 @@ impl TaskRunner {
             ..
         } = task;
         let scanned = (Arc::clone(&plan), Arc::clone(&ctx));
+        let failpoint = self.failpoint.clone();
         let task = async move {
             let _shared_while_running = stage_plan;
             let started = std::time::Instant::now();
@@ -276,6 +301,10 @@ impl TaskRunner {
                 }
                 let batch_size = ctx.session_config().batch_size();
                 let stream = plan.execute(partition, ctx)?;
+                let stream = match failpoint.filter(|f| f.counts_batches()) {
+                    Some(failpoint) => counting_batches(stream, failpoint),
+                    None => stream,
+                };
                 write_output(stream, router, writer, batch_size).await
             })
             .catch_unwind();
@@ -316,6 +345,20 @@ impl TaskRunner {
 }
 
 impl TaskRunner {
+    /// How a task's output is kept: retained in the fault-tolerant mode;
+    /// spilled past memory always (a queue overfilled for a starving
+    /// reader spills rather than fail the query).
+    fn output_mode(&self, ctx: &TaskContext) -> OutputMode {
+        let options = SquadronOptions::of(ctx.session_config().options());
+        OutputMode {
+            retain: options.retry_policy == RetryPolicy::Task,
+            disk: Some(Arc::clone(&ctx.runtime_env().disk_manager))
+                .filter(|disk| disk.tmp_files_enabled()),
+            retained_memory: Some(Arc::clone(&self.retained_memory)),
+            spilled_total: Some(Arc::clone(&self.spilled)),
+        }
+    }
+
     /// The context one task runs in: the worker's session with the query's
     /// settings applied, less what a task split from its siblings cannot
     /// honour (`task_session_config`).
@@ -340,6 +383,17 @@ impl TaskRunner {
             .map_err(|e| Error::invalid_argument(format!("applying the query's settings: {e}")))?;
         Ok(state.task_ctx())
     }
+}
+
+/// `stream`, telling the test failpoint of every batch.
+fn counting_batches(
+    stream: datafusion::physical_plan::SendableRecordBatchStream,
+    failpoint: Arc<Failpoint>,
+) -> datafusion::physical_plan::SendableRecordBatchStream {
+    use futures::StreamExt;
+    let schema = stream.schema();
+    let counted = stream.inspect(move |_| failpoint.on_batch());
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, counted))
 }
 
 /// Refuses a task from a coordinator of another protocol or engine build:

@@ -11,6 +11,7 @@ mod coordinator_health;
 mod copy_to;
 mod early_start;
 mod exchange_shapes;
+mod fault_tolerant;
 mod graceful_shutdown;
 mod job_graph_snapshots;
 mod lifecycle;
