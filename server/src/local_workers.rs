@@ -26,11 +26,28 @@ pub struct LocalWorkerOptions {
     pub memory_limit: Option<usize>,
     /// `--spill-dir` (each worker uses its own directory in it) and
     /// `--spill-limit` (each).
-    pub spill: Option<crate::server::SpillSettings>,
+    pub spill: Option<SpillSettings>,
     pub cluster_tls: Option<ClusterTlsFiles>,
     /// The warehouse, where task plans may also read and write.
     pub warehouse: Option<url::Url>,
     pub stores: Vec<StoreOptions>,
+}
+
+/// `--spill-dir` and `--spill-limit` (the coordinator's spool uses them
+/// too).
+#[derive(Debug, Clone)]
+pub struct SpillSettings {
+    pub dir: PathBuf,
+    pub limit: u64,
+}
+
+impl Default for SpillSettings {
+    fn default() -> Self {
+        Self {
+            dir: std::env::temp_dir().join("squadron-spill"),
+            limit: 100 << 30,
+        }
+    }
 }
 
 /// Starts one embedded worker and answers the URL peers reach it at.

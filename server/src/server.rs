@@ -30,7 +30,9 @@ use crate::catalog::TableSpec;
 use crate::engine::Engine;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
-use crate::local_workers::{EmbeddedWorker, LaunchWorkers, LocalWorkerOptions, WorkerProcesses};
+use crate::local_workers::{
+    EmbeddedWorker, LaunchWorkers, LocalWorkerOptions, SpillSettings, WorkerProcesses,
+};
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
 use crate::security::ClientTlsFiles;
@@ -162,22 +164,6 @@ fn spool_disk(spill: &SpillSettings, port: u16) -> anyhow::Result<Arc<DiskManage
         .with_max_temp_directory_size(spill.limit)
         .build()?;
     Ok(Arc::new(disk))
-}
-
-/// `--spill-dir` and `--spill-limit`.
-#[derive(Debug, Clone)]
-pub struct SpillSettings {
-    pub dir: PathBuf,
-    pub limit: u64,
-}
-
-impl Default for SpillSettings {
-    fn default() -> Self {
-        Self {
-            dir: std::env::temp_dir().join("squadron-spill"),
-            limit: 100 << 30,
-        }
-    }
 }
 
 impl Default for ServerOptions {
