@@ -2,7 +2,7 @@
 //! statement: the steps of `squadron_planner::pipeline` the coordinator
 //! drives, and where a plan runs.
 
-use crate::scheduler::job_runner::RETRY_POLICY;
+use crate::scheduler::policy::RETRY_POLICY;
 use squadron_exec::squadron_options::RetryPolicy;
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,7 +1,8 @@
 //! Running a job to its end: place, dispatch, stream the output, and retry
 //! on the healthy workers when a worker was lost.
 //!
-//! Retry is per job: a failed attempt is stopped whole and the job runs
+//! This is the default policy (`policy.rs` chooses; the fault-tolerant
+//! mode is `fault_tolerant.rs`). Retry is per job: a failed attempt is stopped whole and the job runs
 //! again with the next attempt number (stream keys carry it, so streams of
 //! different attempts never mix). That is sound without persisting any
 //! intermediate output, which is what keeps the happy path free of disk
@@ -10,7 +11,6 @@
 //! the client: after that a retry could duplicate rows, so the query fails
 //! with a clear error instead.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,6 @@ use std::sync::Arc;
 use tonic::{Code, Status};
 
 use super::dispatch::{is_query_error, start_job, Attempt, JobIds, TaskFailure};
-use super::fault_tolerant::FaultTolerantRun;
 use super::placement::Placement;
 use super::progress::JobProgress;
 use crate::cluster::{WorkerHealth, WorkerResolver};
@@ -26,12 +25,8 @@ use crate::output::job_output::{
     lost_worker, open_output, stream_output, AttemptEnd, OutputSender,
 };
 use datafusion::execution::disk_manager::DiskManager;
-use squadron_exec::squadron_options::RetryPolicy;
 use squadron_net::stream::StreamSecret;
 use squadron_planner::JobGraph;
-
-/// The setting that chooses the fault-tolerant mode.
-pub const RETRY_POLICY: &str = "squadron.retry_policy";
 
 pub struct JobRunner {
     pub resolver: Arc<dyn WorkerResolver>,
@@ -82,31 +77,16 @@ impl JobRunner {
         self
     }
 
-    /// Runs `graph` until it completes, fails for good, or the client goes.
-    /// `session_settings` (what the client's session changed) are sent
-    /// with every task on top of the server's settings.
-    pub async fn run(
+    /// Runs `graph` with whole-job retry (the default policy; see
+    /// `policy.rs` for the choice) with `settings` sent to every task.
+    pub(super) async fn run_whole_job(
         &self,
         ids: JobIds<'_>,
         graph: &JobGraph,
-        session_settings: &[(String, String)],
+        settings: &HashMap<String, String>,
         progress: &Arc<JobProgress>,
         tx: &OutputSender,
     ) -> JobReport {
-        let mut settings = if session_settings.is_empty() {
-            Cow::Borrowed(&self.settings)
-        } else {
-            let mut all = self.settings.clone();
-            all.extend(session_settings.iter().cloned());
-            Cow::Owned(all)
-        };
-        if settings.get(RETRY_POLICY).map(String::as_str) == Some(RetryPolicy::Task.name()) {
-            if !graph.writes_files() {
-                return FaultTolerantRun::run(self, ids, graph, &settings, progress, tx).await;
-            }
-            // A write retries with its whole job; its outputs need not stay.
-            settings.to_mut().remove(RETRY_POLICY);
-        }
         let mut report = JobReport {
             outcome: "failed",
             attempts: 0,
@@ -143,7 +123,7 @@ impl JobRunner {
             };
             let output = open_output(ids.job_id, &this, graph, &placement, self.health.clients());
             let started = tokio::select! {
-                started = start_job(ids, &this, graph, &placement, &settings, progress, &self.health) => started,
+                started = start_job(ids, &this, graph, &placement, settings, progress, &self.health) => started,
                 _ = tx.closed() => {
                     report.outcome = "cancelled: the client hung up";
                     return report;

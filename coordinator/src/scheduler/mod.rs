@@ -6,6 +6,7 @@ pub mod fault_tolerant;
 pub mod job_runner;
 pub mod local_run;
 pub mod placement;
+pub mod policy;
 pub mod progress;
 pub mod rerun;
 pub mod stoppable;
