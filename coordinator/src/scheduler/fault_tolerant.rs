@@ -18,7 +18,6 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arrow_flight::FlightData;
@@ -40,7 +39,6 @@ use super::dispatch::{
     TaskRef,
 };
 use super::job_runner::{JobReport, JobRunner};
-use super::placement::Placement;
 use super::progress::JobProgress;
 use super::rerun::TaskTable;
 use crate::output::job_output::OutputSender;
@@ -105,19 +103,14 @@ impl<'a> FaultTolerantRun<'a> {
             placement: None,
             tasks_rerun: 0,
         };
-        let known = runner.resolver.get_urls();
-        let workers = runner.health.healthy(known.clone());
-        if workers.is_empty() {
-            let status = Status::unavailable(format!(
-                "no worker is reachable ({} known: {})",
-                known.len(),
-                known.join(", ")
-            ));
-            let _ = tx.send(Err(status)).await;
-            return report;
-        }
-        let offset = runner.next_worker.fetch_add(1, Ordering::Relaxed);
-        let placement = Placement::round_robin(graph, workers, offset);
+        let placement = match runner.place(graph) {
+            Ok(placement) => placement,
+            Err(status) => {
+                let _ = tx.send(Err(status)).await;
+                return report;
+            }
+        };
+        let offset = placement.tasks.first().and_then(|t| t.first()).copied();
         report.placement = Some(placement.clone());
         progress.start_attempt(graph.task_count());
         metrics::counter!(crate::metrics::STAGES).increment(graph.stages.len() as u64);
@@ -138,7 +131,7 @@ impl<'a> FaultTolerantRun<'a> {
             finals: SelectAll::new(),
             spool: ResultSpool::new(graph.final_stage().tasks, runner.spool_disk.clone()),
             lost: HashSet::new(),
-            next_worker: offset,
+            next_worker: offset.unwrap_or(0),
             report,
             last_attempt: 0,
             started: false,

@@ -2,14 +2,14 @@
 //! on the healthy workers when a worker was lost.
 //!
 //! This is the default policy (`policy.rs` chooses; the fault-tolerant
-//! mode is `fault_tolerant.rs`). Retry is per job: a failed attempt is stopped whole and the job runs
-//! again with the next attempt number (stream keys carry it, so streams of
-//! different attempts never mix). That is sound without persisting any
-//! intermediate output, which is what keeps the happy path free of disk
-//! shuffle; finer-grained (per-stage) retry would need upstream outputs to
-//! outlive their readers. A job is retried only while no row has reached
-//! the client: after that a retry could duplicate rows, so the query fails
-//! with a clear error instead.
+//! mode is `fault_tolerant.rs`). Retry is per job: a failed attempt is
+//! stopped whole and the job runs again with the next attempt number
+//! (stream keys carry it, so streams of different attempts never mix).
+//! That is sound without persisting any intermediate output, which keeps
+//! the happy path free of disk; the fault-tolerant mode retains outputs to
+//! re-run single tasks. A job is retried only while no row has reached the
+//! client: after that a retry could duplicate rows, so the query fails with
+//! a clear error instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,7 +37,7 @@ pub struct JobRunner {
     /// Planning options that differ from the defaults, sent with every
     /// task so execution sees them too.
     pub settings: HashMap<String, String>,
-    pub(super) next_worker: AtomicUsize,
+    next_worker: AtomicUsize,
     /// Where fault-tolerant results spool past memory (`--spill-dir`).
     pub spool_disk: Option<Arc<DiskManager>>,
 }
@@ -97,19 +97,13 @@ impl JobRunner {
         loop {
             let attempt = report.attempts;
             report.attempts += 1;
-            let known = self.resolver.get_urls();
-            let workers = self.health.healthy(known.clone());
-            if workers.is_empty() {
-                let status = Status::unavailable(format!(
-                    "no worker is reachable ({} known: {})",
-                    known.len(),
-                    known.join(", ")
-                ));
-                let _ = tx.send(Err(status)).await;
-                return report;
-            }
-            let offset = self.next_worker.fetch_add(1, Ordering::Relaxed);
-            let placement = Placement::round_robin(graph, workers, offset);
+            let placement = match self.place(graph) {
+                Ok(placement) => placement,
+                Err(status) => {
+                    let _ = tx.send(Err(status)).await;
+                    return report;
+                }
+            };
             report.placement = Some(placement.clone());
             let used = placement.workers_used();
             progress.start_attempt(graph.task_count());
@@ -174,6 +168,22 @@ impl JobRunner {
                 failure.status.message()
             );
         }
+    }
+
+    /// Places `graph` round robin on the healthy workers, starting with
+    /// the next one in turn; UNAVAILABLE when none is.
+    pub(super) fn place(&self, graph: &JobGraph) -> Result<Placement, Status> {
+        let known = self.resolver.get_urls();
+        let workers = self.health.healthy(known.clone());
+        if workers.is_empty() {
+            return Err(Status::unavailable(format!(
+                "no worker is reachable ({} known: {})",
+                known.len(),
+                known.join(", ")
+            )));
+        }
+        let offset = self.next_worker.fetch_add(1, Ordering::Relaxed);
+        Ok(Placement::round_robin(graph, workers, offset))
     }
 
     /// Whether a failure comes from a lost worker (so a retry may succeed)
