@@ -76,8 +76,6 @@ pub struct FaultTolerantRun<'a> {
     report: JobReport,
     /// The highest attempt number used, for the clean-up calls.
     last_attempt: u32,
-    /// Whether the first attempts were sent.
-    started: bool,
 }
 
 /// How a run ends early.
@@ -96,7 +94,7 @@ impl<'a> FaultTolerantRun<'a> {
         progress: &'a Arc<JobProgress>,
         tx: &'a OutputSender,
     ) -> JobReport {
-        let mut report = JobReport {
+        let report = JobReport {
             outcome: "failed",
             attempts: 1,
             rows: 0,
@@ -110,8 +108,6 @@ impl<'a> FaultTolerantRun<'a> {
                 return report;
             }
         };
-        let offset = placement.tasks.first().and_then(|t| t.first()).copied();
-        report.placement = Some(placement.clone());
         progress.start_attempt(graph.task_count());
         metrics::counter!(crate::metrics::STAGES).increment(graph.stages.len() as u64);
         let (events, mut event_rx) = mpsc::unbounded_channel();
@@ -131,10 +127,9 @@ impl<'a> FaultTolerantRun<'a> {
             finals: SelectAll::new(),
             spool: ResultSpool::new(graph.final_stage().tasks, runner.spool_disk.clone()),
             lost: HashSet::new(),
-            next_worker: offset.unwrap_or(0),
+            next_worker: 0,
             report,
             last_attempt: 0,
-            started: false,
         };
         let end = run.drive(&mut event_rx).await;
         run.finish(end).await
@@ -150,20 +145,13 @@ impl<'a> FaultTolerantRun<'a> {
             .iter()
             .flat_map(|s| (0..s.tasks).map(move |p| (s.id, p)))
             .collect();
-        self.start(all, None).await?;
+        self.send_tasks(all).await;
+        let mut lost = self.watch_losses();
         loop {
             if self.table.committed.iter().all(|&c| c) {
                 return Ok(());
             }
-            let watched: Vec<String> = self
-                .table
-                .workers()
-                .into_iter()
-                .filter(|w| !self.lost.contains(w))
-                .collect();
-            let health = self.runner.health.clone();
-            let lost: Pin<Box<dyn Future<Output = String> + Send>> =
-                Box::pin(async move { health.first_lost(&watched).await });
+            let handled = self.lost.len();
             tokio::select! {
                 biased;
                 event = event_rx.recv() => match event {
@@ -177,7 +165,7 @@ impl<'a> FaultTolerantRun<'a> {
                     }
                 }
                 _ = self.tx.closed() => return Err(Stop::ClientGone),
-                url = lost => {
+                url = &mut lost => {
                     let failure = TaskFailure::new(
                         Status::unavailable(format!("worker {url} stopped answering health probes")),
                         Some(url),
@@ -185,7 +173,23 @@ impl<'a> FaultTolerantRun<'a> {
                     self.failed(failure).await?;
                 }
             }
+            if self.lost.len() != handled {
+                lost = self.watch_losses();
+            }
         }
+    }
+
+    /// Resolves with the first worker of the job found lost, other than
+    /// those whose loss was handled.
+    fn watch_losses(&self) -> Pin<Box<dyn Future<Output = String> + Send>> {
+        let watched: Vec<String> = self
+            .table
+            .workers()
+            .into_iter()
+            .filter(|w| !self.lost.contains(w))
+            .collect();
+        let health = self.runner.health.clone();
+        Box::pin(async move { health.first_lost(&watched).await })
     }
 
     fn succeeded(&mut self, task: TaskRef) {
@@ -280,18 +284,12 @@ impl<'a> FaultTolerantRun<'a> {
             self.graph.task_count(),
             failure.status.message()
         );
-        self.start(rerun.into_iter().collect(), Some(&failure.status))
+        self.rerun(rerun.into_iter().collect(), &failure.status)
             .await
     }
 
-    /// Starts the next attempt of `tasks` (all of them, first), producers
-    /// first; a task that cannot be started is handled as a failure.
-    async fn start(
-        &mut self,
-        tasks: Vec<(usize, usize)>,
-        cause: Option<&Status>,
-    ) -> Result<(), Stop> {
-        let first_run = !std::mem::replace(&mut self.started, true);
+    /// Stops `tasks` and starts their next attempts, on healthy workers.
+    async fn rerun(&mut self, tasks: Vec<(usize, usize)>, cause: &Status) -> Result<(), Stop> {
         let healthy = self
             .runner
             .health
@@ -308,17 +306,14 @@ impl<'a> FaultTolerantRun<'a> {
             if let Some(monitor) = self.running.remove(&(stage, p)) {
                 monitor.abort();
             }
-            if first_run {
-                continue;
-            }
             let slot = self.table.slot_mut(stage, p);
             slot.attempt += 1;
             slot.finished = false;
             if slot.attempt >= self.runner.max_attempts {
-                let why = cause.map_or("", |status| status.message());
                 return Err(Stop::Failed(Status::unavailable(format!(
-                    "{why} (task s{stage}/p{p} gave up after {} attempts, \
+                    "{} (task s{stage}/p{p} gave up after {} attempts, \
                      --task-max-attempts)",
+                    cause.message(),
                     slot.attempt
                 ))));
             }
@@ -332,9 +327,15 @@ impl<'a> FaultTolerantRun<'a> {
             }
             self.report.tasks_rerun += 1;
         }
-        if !first_run {
-            metrics::counter!(crate::metrics::TASK_RERUNS).increment(tasks.len() as u64);
-        }
+        metrics::counter!(crate::metrics::TASK_RERUNS).increment(tasks.len() as u64);
+        self.send_tasks(tasks).await;
+        Ok(())
+    }
+
+    /// Sends the current attempts of `tasks` (producers first) and opens
+    /// the final ones' streams; a task that cannot be started is reported
+    /// as a failure, handled like any other.
+    async fn send_tasks(&mut self, tasks: Vec<(usize, usize)>) {
         let final_stage = self.graph.final_stage().id;
         for &(stage, p) in &tasks {
             if stage == final_stage {
@@ -394,7 +395,6 @@ impl<'a> FaultTolerantRun<'a> {
         for failure in failures {
             let _ = self.events.send(TaskEvent::Failed(failure));
         }
-        Ok(())
     }
 
     /// Reads the current attempt of final task `partition` into the spool.
@@ -427,6 +427,7 @@ impl<'a> FaultTolerantRun<'a> {
         // Dropping the status streams stops every task and frees the
         // retained outputs on the workers.
         self.monitors.abort_all();
+        self.report.placement = Some(self.table.placement());
         match end {
             Ok(()) => self.report.outcome = "completed",
             Err(Stop::ClientGone) => self.report.outcome = "cancelled: the client hung up",

@@ -18,6 +18,8 @@ use std::collections::{BTreeSet, HashSet};
 
 use squadron_planner::JobGraph;
 
+use super::placement::Placement;
+
 /// The current attempt of one task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskSlot {
@@ -75,6 +77,22 @@ impl TaskTable {
         workers.sort_unstable();
         workers.dedup();
         workers
+    }
+
+    /// Where the current attempts run, as a placement.
+    pub fn placement(&self) -> Placement {
+        let workers = self.workers();
+        let tasks = self
+            .slots
+            .iter()
+            .map(|slots| {
+                slots
+                    .iter()
+                    .map(|slot| workers.iter().position(|w| *w == slot.worker).unwrap_or(0))
+                    .collect()
+            })
+            .collect();
+        Placement { workers, tasks }
     }
 
     /// Whether a task's output may still be read: by an unfinished task,

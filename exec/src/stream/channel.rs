@@ -19,7 +19,7 @@
 //!   producer dropped before that (aborted, panicked) ends every channel with
 //!   an error, so a cut stream is never taken for a short success.
 //!
-//! A *retained* output (`OutputMode::retain`, the fault-tolerant mode) keeps
+//! A *retained* output (`OutputMode::retained`, the fault-tolerant mode) keeps
 //! every batch until the task's owner lets it go at the job's end, so a
 //! consumer that is run again reads it again from the start
 //! (`OutputReader::reread`). Its producer never waits for readers: it keeps
@@ -36,7 +36,6 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::disk_manager::DiskManager;
 use datafusion::execution::memory_pool::MemoryReservation;
-use datafusion::execution::SpillFile;
 use futures::Stream;
 use tokio::sync::Notify;
 use tonic::Status;
@@ -87,13 +86,12 @@ impl RetainedMemory {
 /// How a task's output is kept.
 #[derive(Clone, Default)]
 pub struct OutputMode {
-    /// Keep every batch for re-reading until the output is dropped.
-    pub retain: bool,
+    /// Keep every batch for re-reading until the output is dropped, in
+    /// memory within this share of the process's memory.
+    pub retained: Option<Arc<RetainedMemory>>,
     /// Where batches go that memory cannot hold; `None`: nowhere (the
     /// query fails instead).
     pub disk: Option<Arc<DiskManager>>,
-    /// The in-memory share of retained outputs (required with `retain`).
-    pub retained_memory: Option<Arc<RetainedMemory>>,
     /// Counts every byte spilled (the process's total, for its metrics).
     pub spilled_total: Option<Arc<AtomicU64>>,
 }
@@ -137,32 +135,21 @@ struct State {
     reservation: MemoryReservation,
     mode: OutputMode,
     spill: Option<ExchangeSpill>,
-    /// The spill file, for readers.
-    spill_file: Option<Arc<dyn SpillFile>>,
 }
 
 impl State {
     /// Keeps `batch` on `channel`: in memory when there is room, else on
     /// disk when allowed.
     fn store(&mut self, channel: usize, batch: RecordBatch, size: usize) -> Result<()> {
-        let cap = self
-            .mode
-            .retained_memory
-            .as_ref()
-            .filter(|_| self.mode.retain);
-        let within_cap = cap.is_none_or(|cap| cap.try_take(size));
-        let grown = if within_cap {
-            let grown = self.reservation.try_grow(size);
-            if grown.is_err() {
-                if let Some(cap) = cap {
-                    cap.give_back(size);
-                }
-            }
-            grown
-        } else {
-            Err(DataFusionError::ResourcesExhausted(
+        let grown = match &self.mode.retained {
+            None => self.reservation.try_grow(size),
+            Some(share) if share.try_take(size) => self
+                .reservation
+                .try_grow(size)
+                .inspect_err(|_| share.give_back(size)),
+            Some(_) => Err(DataFusionError::ResourcesExhausted(
                 "the retained exchange memory is full".into(),
-            ))
+            )),
         };
         let item = match (grown, &self.mode.disk) {
             (Ok(()), _) => {
@@ -171,9 +158,7 @@ impl State {
             }
             (Err(_), Some(disk)) => {
                 if self.spill.is_none() {
-                    let spill = ExchangeSpill::create(disk, "exchange output")?;
-                    self.spill_file = Some(spill.file());
-                    self.spill = Some(spill);
+                    self.spill = Some(ExchangeSpill::create(disk, "exchange output")?);
                 }
                 let spill = self.spill.as_mut().expect("created above");
                 let spilled = spill.append(&batch)?;
@@ -193,13 +178,8 @@ impl State {
     /// Frees `size` bytes of memory taken by `store`.
     fn release(&mut self, size: usize) {
         self.reservation.shrink(size);
-        if let Some(cap) = self
-            .mode
-            .retained_memory
-            .as_ref()
-            .filter(|_| self.mode.retain)
-        {
-            cap.give_back(size);
+        if let Some(share) = &self.mode.retained {
+            share.give_back(size);
         }
     }
 }
@@ -239,7 +219,7 @@ pub fn output_channels_with(
     reservation: MemoryReservation,
     mode: OutputMode,
 ) -> (OutputWriter, Vec<OutputReader>) {
-    let retain = mode.retain;
+    let retain = mode.retained.is_some();
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             channels: (0..channels).map(|_| Channel::default()).collect(),
@@ -247,7 +227,6 @@ pub fn output_channels_with(
             reservation,
             mode,
             spill: None,
-            spill_file: None,
         }),
         producer: Notify::new(),
     });
@@ -382,10 +361,6 @@ impl OutputReader {
             done: false,
         })
     }
-
-    pub fn is_retained(&self) -> bool {
-        self.retain
-    }
 }
 
 impl Stream for OutputReader {
@@ -407,7 +382,7 @@ impl Stream for OutputReader {
                     state.release(*size);
                 }
             }
-            let file = state.spill_file.clone();
+            let file = state.spill.as_ref().map(|spill| spill.file());
             drop(state);
             self.next += 1;
             if !retain {
@@ -607,9 +582,8 @@ mod tests {
         let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
         let memory = RetainedMemory::new(real_size(&batch(100)) * 3);
         let mode = OutputMode {
-            retain: true,
+            retained: Some(Arc::clone(&memory)),
             disk: Some(disk(dir.path())),
-            retained_memory: Some(Arc::clone(&memory)),
             spilled_total: None,
         };
         let reservation = MemoryConsumer::new("t").register(&pool);
@@ -652,9 +626,8 @@ mod tests {
     async fn a_retained_reader_waits_for_the_producer() {
         let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
         let mode = OutputMode {
-            retain: true,
+            retained: Some(RetainedMemory::new(1 << 30)),
             disk: None,
-            retained_memory: Some(RetainedMemory::new(1 << 30)),
             spilled_total: None,
         };
         let reservation = MemoryConsumer::new("t").register(&pool);

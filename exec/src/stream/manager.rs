@@ -349,9 +349,8 @@ mod tests {
         let m = StreamManager::default();
         let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
         let mode = OutputMode {
-            retain: true,
+            retained: Some(RetainedMemory::new(1 << 20)),
             disk: None,
-            retained_memory: Some(RetainedMemory::new(1 << 20)),
             spilled_total: None,
         };
         let (writer, readers) =

@@ -351,10 +351,10 @@ impl TaskRunner {
     fn output_mode(&self, ctx: &TaskContext) -> OutputMode {
         let options = SquadronOptions::of(ctx.session_config().options());
         OutputMode {
-            retain: options.retry_policy == RetryPolicy::Task,
+            retained: (options.retry_policy == RetryPolicy::Task)
+                .then(|| Arc::clone(&self.retained_memory)),
             disk: Some(Arc::clone(&ctx.runtime_env().disk_manager))
                 .filter(|disk| disk.tmp_files_enabled()),
-            retained_memory: Some(Arc::clone(&self.retained_memory)),
             spilled_total: Some(Arc::clone(&self.spilled)),
         }
     }

@@ -8,10 +8,9 @@
 use std::time::Duration;
 
 use crate::support::{
-    assert_workers_idle, client, coordinator_with, oracle, oracle_context, query,
+    assert_workers_idle, client, coordinator_with, first_error, oracle, oracle_context, query,
     start_large_query, test_options, tpch_data, tpch_query, WorkerProcess,
 };
-use futures::StreamExt;
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
 use squadron_exec::squadron_options::RetryPolicy;
 use squadron_server::SpillSettings;
@@ -105,18 +104,10 @@ async fn hang_up_and_timeout_leave_no_retained_output_behind() {
     assert_workers_idle(&server, Duration::from_secs(30), "the client hung up").await;
 
     let mut stream = start_large_query(&mut client).await;
-    let error = tokio::time::timeout(Duration::from_secs(60), async {
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        loop {
-            match stream.next().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Some(e.to_string()),
-                None => return None,
-            }
-        }
-    })
-    .await
-    .expect("the stream ends");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let error = tokio::time::timeout(Duration::from_secs(60), first_error(&mut stream))
+        .await
+        .expect("the stream ends");
     let error = error.expect("stopped by the timeout");
     assert!(error.contains("--query-timeout"), "{error}");
     assert_workers_idle(&server, Duration::from_secs(30), "a query timeout").await;

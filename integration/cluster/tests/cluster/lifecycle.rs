@@ -8,11 +8,11 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
 
 use crate::support::{
-    assert_workers_idle, client, coordinator_with, query, start_large_query, test_options,
-    tpch_data,
+    assert_workers_idle, client, coordinator_with, first_error, query, start_large_query,
+    test_options, tpch_data,
 };
 use arrow_flight::{Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus};
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use prost::Message;
 use squadron_server::RunningServer;
 use squadron_worker::{spawn_worker, WorkerOptions};
@@ -32,17 +32,9 @@ async fn a_query_timeout_stops_the_job_on_every_worker() {
     // the timeout stops it.
     let mut stream = start_large_query(&mut client).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let error = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            match stream.next().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Some(e.to_string()),
-                None => return None,
-            }
-        }
-    })
-    .await
-    .expect("the stream ends");
+    let error = tokio::time::timeout(Duration::from_secs(30), first_error(&mut stream))
+        .await
+        .expect("the stream ends");
     let error = error.expect("the query was stopped, not completed");
     assert!(error.contains("--query-timeout"), "{error}");
     assert_workers_idle(&server, IDLE_WITHIN, "a query timeout").await;

@@ -225,6 +225,17 @@ pub async fn query(
 /// Starts a query far larger than the buffers between tasks hold (1.5
 /// million rows at SF0.01) and reads its first batch: the job is then still
 /// running, with every task mid-stream.
+/// Reads `stream` to its end: the first error's text, or `None` when it
+/// ended cleanly.
+pub async fn first_error(stream: &mut FlightRecordBatchStream) -> Option<String> {
+    while let Some(item) = stream.next().await {
+        if let Err(e) = item {
+            return Some(e.to_string());
+        }
+    }
+    None
+}
+
 pub async fn start_large_query(
     client: &mut FlightSqlServiceClient<Channel>,
 ) -> FlightRecordBatchStream {
