@@ -6,6 +6,7 @@
 //! - `logging`: the tracing subscriber every binary installs
 //! - `shutdown`: termination signals, graceful drains, byte sizes
 //! - `metrics`: the Prometheus exporter every process serves
+//! - `spill_dir`: --spill-dir/--spill-limit, each process's own directory
 //! - `version`: the engine build both sides of a task must share
 
 pub mod config;
@@ -13,4 +14,5 @@ pub mod error;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;
+pub mod spill_dir;
 pub mod version;

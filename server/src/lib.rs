@@ -24,9 +24,9 @@ mod server;
 pub mod updates;
 pub mod warehouse;
 
-pub use local_workers::SpillSettings;
 pub use server::{
     start, Launcher, RunningServer, ServerOptions, CLIENT_MESSAGE_BYTES,
     DEFAULT_MAX_QUERIES_PER_USER,
 };
+pub use squadron_common::spill_dir::SpillSettings;
 pub use squadron_coordinator::{Coordinator, JobLimits};

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::BoxFuture;
+use squadron_common::spill_dir::SpillSettings;
 use squadron_exec::object_stores::StoreOptions;
 use squadron_net::tls::ClusterTlsFiles;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -31,23 +32,6 @@ pub struct LocalWorkerOptions {
     /// The warehouse, where task plans may also read and write.
     pub warehouse: Option<url::Url>,
     pub stores: Vec<StoreOptions>,
-}
-
-/// `--spill-dir` and `--spill-limit` (the coordinator's spool uses them
-/// too).
-#[derive(Debug, Clone)]
-pub struct SpillSettings {
-    pub dir: PathBuf,
-    pub limit: u64,
-}
-
-impl Default for SpillSettings {
-    fn default() -> Self {
-        Self {
-            dir: std::env::temp_dir().join("squadron-spill"),
-            limit: 100 << 30,
-        }
-    }
 }
 
 /// Starts one embedded worker and answers the URL peers reach it at.

@@ -192,8 +192,9 @@ struct Args {
     retry_policy: squadron_exec::squadron_options::RetryPolicy,
 
     /// Where the coordinator spools fault-tolerant results past memory, and
-    /// the embedded workers spill (each in its own directory in it,
-    /// emptied at start); default: the system's temporary directory.
+    /// the embedded workers spill (each process in a directory of its own
+    /// in it, removed when it stops or, after a kill, by the next process
+    /// that starts there); default: the system's temporary directory.
     #[arg(long, value_name = "DIR")]
     spill_dir: Option<PathBuf>,
 
@@ -394,9 +395,7 @@ async fn main() -> anyhow::Result<()> {
         reuse_plans: args.reuse_plans,
         retry_policy: args.retry_policy,
         spill: SpillSettings {
-            dir: args
-                .spill_dir
-                .unwrap_or_else(|| std::env::temp_dir().join("squadron-spill")),
+            dir: args.spill_dir.unwrap_or(SpillSettings::default().dir),
             limit: args.spill_limit as u64,
         },
     })

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -30,15 +30,14 @@ use crate::catalog::TableSpec;
 use crate::engine::Engine;
 use crate::flight_sql::front::too_large_response;
 use crate::flight_sql::{SquadronFlight, SquadronFlightSql};
-use crate::local_workers::{
-    EmbeddedWorker, LaunchWorkers, LocalWorkerOptions, SpillSettings, WorkerProcesses,
-};
+use crate::local_workers::{EmbeddedWorker, LaunchWorkers, LocalWorkerOptions, WorkerProcesses};
 use crate::security::auth::Authenticator;
 use crate::security::layer::AuthLayer;
 use crate::security::ClientTlsFiles;
 use crate::warehouse::janitor::{Janitor, JanitorOptions};
 use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
+use squadron_common::spill_dir::SpillSettings;
 use squadron_coordinator::cluster::{
     normalize_url, DiscoveredWorkers, Discovery, StaticResolver, WorkerHealth, WorkerResolver,
 };
@@ -145,25 +144,6 @@ pub struct ServerOptions {
     pub retry_policy: RetryPolicy,
     /// Where the coordinator spools and embedded workers spill.
     pub spill: SpillSettings,
-}
-
-/// The coordinator's result spool: its own directory in `--spill-dir`, by
-/// its port, emptied at start (what a killed coordinator left there is no
-/// one's). On port 0 (tests, several coordinators in one process) the
-/// directory is shared and not emptied: each spool lives in a temporary
-/// directory of its own inside it, removed when the coordinator stops.
-fn spool_disk(spill: &SpillSettings, port: u16) -> anyhow::Result<Arc<DiskManager>> {
-    let dir = spill.dir.join(format!("coordinator-{port}"));
-    if port != 0 && dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| anyhow::anyhow!("creating the spool directory {}: {e}", dir.display()))?;
-    let disk = DiskManagerBuilder::default()
-        .with_mode(DiskManagerMode::Directories(vec![dir]))
-        .with_max_temp_directory_size(spill.limit)
-        .build()?;
-    Ok(Arc::new(disk))
 }
 
 impl Default for ServerOptions {
@@ -418,7 +398,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         options.limits.max_attempts,
         options.settings.iter().cloned().collect(),
     )
-    .with_spool_disk(spool_disk(&options.spill, options.listen.port())?);
+    .with_spool(options.spill.claim("coordinator-")?)?;
     let coordinator = Coordinator::new(ctx, runner, &options.limits)
         .with_table_roots(options.table_roots.clone());
     let mut janitor = None;

@@ -14,4 +14,4 @@ pub mod server;
 pub mod service;
 pub mod task;
 
-pub use server::{spawn_worker, SpillOptions, Worker, WorkerOptions};
+pub use server::{spawn_worker, Worker, WorkerOptions};

@@ -8,11 +8,11 @@ use std::time::Duration;
 use clap::Parser;
 use squadron_common::logging::LogArgs;
 use squadron_common::shutdown::{drain, parse_bytes, termination};
+use squadron_common::spill_dir::SpillSettings;
 use squadron_exec::object_stores::StoreOptions;
 use squadron_exec::plan::guard::DataRoots;
 use squadron_net::tls::ClusterTlsFiles;
 use squadron_worker::task::Failpoint;
-use squadron_worker::SpillOptions;
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
 
@@ -44,8 +44,9 @@ struct Args {
 
     /// Where exchange outputs spill past memory (retained outputs of the
     /// fault-tolerant mode, and queues past --memory-limit) and where
-    /// DataFusion's sorts, aggregates and joins spill. The worker uses its
-    /// own `worker-PORT` directory in it, emptied at start.
+    /// DataFusion's sorts, aggregates and joins spill. The worker uses a
+    /// directory of its own in it, removed when it stops (and, if it was
+    /// killed, by the next process that starts there).
     #[arg(long, value_name = "DIR")]
     spill_dir: Option<PathBuf>,
 
@@ -136,13 +137,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
-    let spill_root = args
-        .spill_dir
-        .unwrap_or_else(|| std::env::temp_dir().join("squadron-spill"));
     let worker = Worker::new(WorkerOptions {
         memory_limit: args.memory_limit,
-        spill: Some(SpillOptions {
-            dir: spill_root.join(format!("worker-{}", addr.port())),
+        spill: Some(SpillSettings {
+            dir: args.spill_dir.unwrap_or(SpillSettings::default().dir),
             limit: args.spill_limit as u64,
         }),
         failpoint,

@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
@@ -16,6 +15,7 @@ use tonic_health::ServingStatus;
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::task::runner::TaskResources;
 use crate::task::{Failpoint, StagePlans, TaskRegistry, TaskRunner};
+use squadron_common::spill_dir::{OwnedDir, SpillSettings};
 use squadron_exec::object_stores::{ObjectStores, StoreOptions};
 use squadron_exec::plan::guard::DataRoots;
 use squadron_exec::stream::{RetainedMemory, StreamManager};
@@ -37,9 +37,10 @@ pub struct WorkerOptions {
     /// runs short; a query that still needs more fails with
     /// RESOURCE_EXHAUSTED while other queries keep running.
     pub memory_limit: Option<usize>,
-    /// Where and how much this worker spills; DataFusion's own temporary
-    /// directory, without a limit of ours, when `None` (tests).
-    pub spill: Option<SpillOptions>,
+    /// Where and how much this worker spills (in a directory of its own
+    /// in the root); DataFusion's own temporary directory, without a limit
+    /// of ours, when `None` (tests).
+    pub spill: Option<SpillSettings>,
     /// Test-only fault injection (see `task::failpoint`).
     pub failpoint: Option<Arc<Failpoint>>,
     /// Mutual TLS inside the cluster; plaintext and open to anyone who
@@ -50,25 +51,6 @@ pub struct WorkerOptions {
     /// Options of remote stores (`--store`); credentials come from the
     /// environment.
     pub stores: Vec<StoreOptions>,
-}
-
-/// This worker's spill directory (its own, emptied at start: whatever a
-/// killed worker left there is no one's) and its most bytes.
-#[derive(Debug, Clone)]
-pub struct SpillOptions {
-    pub dir: std::path::PathBuf,
-    pub limit: u64,
-}
-
-impl SpillOptions {
-    /// Empties (or creates) the directory.
-    fn prepare(&self) -> anyhow::Result<()> {
-        if self.dir.exists() {
-            std::fs::remove_dir_all(&self.dir)?;
-        }
-        std::fs::create_dir_all(&self.dir)?;
-        Ok(())
-    }
 }
 
 /// The in-memory share of retained exchange outputs: a quarter of
@@ -87,6 +69,8 @@ pub struct Worker {
     retained_memory: Arc<RetainedMemory>,
     /// Bytes of exchange output spilled (for the metrics).
     spilled: Arc<std::sync::atomic::AtomicU64>,
+    /// Where it spills; removed when the last clone of the worker goes.
+    _spill_dir: Option<Arc<OwnedDir>>,
     failpoint: Option<Arc<Failpoint>>,
     data_roots: DataRoots,
     /// The listener's TLS settings (cluster mTLS), when on.
@@ -99,15 +83,11 @@ impl Worker {
     pub fn new(options: WorkerOptions) -> anyhow::Result<Self> {
         let mut runtime = RuntimeEnvBuilder::new()
             .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())));
+        let mut spill_dir = None;
         if let Some(spill) = &options.spill {
-            spill.prepare().map_err(|e| {
-                anyhow::anyhow!("preparing the spill directory {}: {e}", spill.dir.display())
-            })?;
-            runtime = runtime.with_disk_manager_builder(
-                DiskManagerBuilder::default()
-                    .with_mode(DiskManagerMode::Directories(vec![spill.dir.clone()]))
-                    .with_max_temp_directory_size(spill.limit),
-            );
+            let (dir, disk) = spill.claim("worker-")?;
+            runtime = runtime.with_disk_manager_builder(disk);
+            spill_dir = Some(Arc::new(dir));
         }
         let retained_memory = RetainedMemory::new(
             options
@@ -139,6 +119,7 @@ impl Worker {
             runtime: runtime.build_arc()?,
             retained_memory,
             spilled: Arc::default(),
+            _spill_dir: spill_dir,
             failpoint: options.failpoint,
             data_roots: options.data_roots,
             tls,

@@ -24,7 +24,8 @@ use crate::cluster::{WorkerHealth, WorkerResolver};
 use crate::output::job_output::{
     lost_worker, open_output, stream_output, AttemptEnd, OutputSender,
 };
-use datafusion::execution::disk_manager::DiskManager;
+use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder};
+use squadron_common::spill_dir::OwnedDir;
 use squadron_net::stream::StreamSecret;
 use squadron_planner::JobGraph;
 
@@ -40,6 +41,8 @@ pub struct JobRunner {
     next_worker: AtomicUsize,
     /// Where fault-tolerant results spool past memory (`--spill-dir`).
     pub spool_disk: Option<Arc<DiskManager>>,
+    /// The directory `spool_disk` writes in, removed with the runner.
+    _spool_dir: Option<OwnedDir>,
 }
 
 /// What happened to a job, for the log and the job record.
@@ -68,13 +71,19 @@ impl JobRunner {
             settings,
             next_worker: AtomicUsize::new(0),
             spool_disk: None,
+            _spool_dir: None,
         }
     }
 
-    /// Fault-tolerant results spool past memory to `disk`.
-    pub fn with_spool_disk(mut self, disk: Arc<DiskManager>) -> Self {
-        self.spool_disk = Some(disk);
-        self
+    /// Fault-tolerant results spool past memory to `disk`, in `dir`
+    /// (`SpillSettings::claim`).
+    pub fn with_spool(
+        mut self,
+        (dir, disk): (OwnedDir, DiskManagerBuilder),
+    ) -> anyhow::Result<Self> {
+        self.spool_disk = Some(Arc::new(disk.build()?));
+        self._spool_dir = Some(dir);
+        Ok(self)
     }
 
     /// Runs `graph` with whole-job retry (the default policy; see
