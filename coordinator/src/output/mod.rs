@@ -2,6 +2,7 @@
 
 pub mod encode;
 pub mod job_output;
+pub mod replay;
 pub mod spool;
 
 pub use encode::{encode_batches, schema_message};

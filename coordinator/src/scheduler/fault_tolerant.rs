@@ -10,7 +10,9 @@
 //! current attempts of their inputs; stale reports of older attempts are
 //! ignored. The client's rows go through the `ResultSpool`: a final task's
 //! rows are sent only once its stream ended cleanly, so a final task run
-//! again never sends a row twice or misses one.
+//! again never sends a row twice or misses one. A final stage that reads no
+//! other stage (a scan) produces the same messages on every run: its rows
+//! are forwarded as they come and a re-run replays past them (`Replay`).
 //!
 //! Not for jobs that write files (their tasks' effects outlive them): those
 //! keep whole-job retry.
@@ -42,6 +44,7 @@ use super::job_runner::{JobReport, JobRunner};
 use super::progress::JobProgress;
 use super::rerun::TaskTable;
 use crate::output::job_output::OutputSender;
+use crate::output::replay::Replay;
 use crate::output::spool::ResultSpool;
 use squadron_planner::JobGraph;
 
@@ -68,7 +71,10 @@ pub struct FaultTolerantRun<'a> {
     running: HashMap<(usize, usize), AbortHandle>,
     events: mpsc::UnboundedSender<TaskEvent>,
     finals: SelectAll<BoxStream<'static, FinalItem>>,
-    spool: ResultSpool,
+    /// How the final tasks' rows reach the client: forwarded and replayed
+    /// when the final stage reads no other stage (its output is the same
+    /// on every run), else held until each task ended.
+    commit: FinalCommit,
     /// Workers whose loss was handled.
     lost: HashSet<String>,
     /// Healthy workers for tasks run again, taken in turn.
@@ -76,6 +82,11 @@ pub struct FaultTolerantRun<'a> {
     report: JobReport,
     /// The highest attempt number used, for the clean-up calls.
     last_attempt: u32,
+}
+
+enum FinalCommit {
+    Forwarded(Replay),
+    Held(ResultSpool),
 }
 
 /// How a run ends early.
@@ -125,7 +136,12 @@ impl<'a> FaultTolerantRun<'a> {
             running: HashMap::new(),
             events,
             finals: SelectAll::new(),
-            spool: ResultSpool::new(graph.final_stage().tasks, runner.spool_disk.clone()),
+            commit: if graph.final_stage().inputs.is_empty() {
+                FinalCommit::Forwarded(Replay::new(graph.final_stage().tasks))
+            } else {
+                let spool_disk = runner.spool_disk.clone();
+                FinalCommit::Held(ResultSpool::new(graph.final_stage().tasks, spool_disk))
+            },
             lost: HashSet::new(),
             next_worker: 0,
             report,
@@ -208,10 +224,20 @@ impl<'a> FaultTolerantRun<'a> {
             return Ok(());
         }
         match item {
-            Some(Ok((message, rows))) => self
-                .spool
-                .hold(partition, message, rows)
-                .map_err(Stop::Failed),
+            Some(Ok((message, rows))) => match &mut self.commit {
+                FinalCommit::Held(spool) => {
+                    spool.hold(partition, message, rows).map_err(Stop::Failed)
+                }
+                FinalCommit::Forwarded(replay) => {
+                    let new = replay
+                        .admit(partition, rows, message.data_body.len())
+                        .map_err(Stop::Failed)?;
+                    if new {
+                        self.send(message, rows).await?;
+                    }
+                    Ok(())
+                }
+            },
             Some(Err(e)) => {
                 let failure = TaskFailure {
                     derived: true,
@@ -226,16 +252,27 @@ impl<'a> FaultTolerantRun<'a> {
             }
             None => {
                 self.table.committed[partition] = true;
-                for held in self.spool.release(partition) {
-                    let (message, rows) = held.map_err(Stop::Failed)?;
-                    if self.tx.send(Ok(message)).await.is_err() {
-                        return Err(Stop::ClientGone);
+                let held = match &mut self.commit {
+                    FinalCommit::Forwarded(replay) => {
+                        return replay.finish(partition).map_err(Stop::Failed)
                     }
-                    self.report.rows += rows;
+                    FinalCommit::Held(spool) => spool.release(partition),
+                };
+                for held in held {
+                    let (message, rows) = held.map_err(Stop::Failed)?;
+                    self.send(message, rows).await?;
                 }
                 Ok(())
             }
         }
+    }
+
+    async fn send(&mut self, message: FlightData, rows: u64) -> Result<(), Stop> {
+        if self.tx.send(Ok(message)).await.is_err() {
+            return Err(Stop::ClientGone);
+        }
+        self.report.rows += rows;
+        Ok(())
     }
 
     /// Handles a failure: the query's own ends the run; a lost worker or a
@@ -323,7 +360,10 @@ impl<'a> FaultTolerantRun<'a> {
             }
             self.last_attempt = self.last_attempt.max(slot.attempt);
             if stage == self.graph.final_stage().id {
-                self.spool.discard(p);
+                match &mut self.commit {
+                    FinalCommit::Forwarded(replay) => replay.restart(p),
+                    FinalCommit::Held(spool) => spool.discard(p),
+                }
             }
             self.report.tasks_rerun += 1;
         }
@@ -435,8 +475,8 @@ impl<'a> FaultTolerantRun<'a> {
                 let _ = self.tx.send(Err(status)).await;
             }
         }
-        if self.spool.spooled_bytes > 0 {
-            metrics::counter!(crate::metrics::SPOOLED_BYTES).increment(self.spool.spooled_bytes);
+        if let FinalCommit::Held(spool) = &self.commit {
+            metrics::counter!(crate::metrics::SPOOLED_BYTES).increment(spool.spooled_bytes);
         }
         if self.report.outcome != "completed" {
             let workers = self.table.workers();
