@@ -192,6 +192,9 @@ impl TaskRunner {
                 "a task plan is rooted at the StageWriteExec of its stage",
             ));
         };
+        // The job output is read once, by the coordinator, which runs a
+        // lost final task again itself: only exchanges are retained.
+        let exchange = write.output() != StageOutput::JobOutput;
         let (channels, router) = match write.output() {
             StageOutput::JobOutput => (1, Router::Single),
             StageOutput::Broadcast { channels: 1 } => (1, Router::Single),
@@ -235,7 +238,7 @@ impl TaskRunner {
         let reservation = MemoryConsumer::new(format!("exchange output {attempt}"))
             .register(&self.ctx.runtime_env().memory_pool);
         let (writer, readers) =
-            output_channels_with(channels, reservation, self.output_mode(&task_ctx));
+            output_channels_with(channels, reservation, self.output_mode(&task_ctx, exchange));
         let streams: Vec<(StreamKey, _)> = readers
             .into_iter()
             .enumerate()
@@ -345,13 +348,13 @@ impl TaskRunner {
 }
 
 impl TaskRunner {
-    /// How a task's output is kept: retained in the fault-tolerant mode;
-    /// spilled past memory always (a queue overfilled for a starving
-    /// reader spills rather than fail the query).
-    fn output_mode(&self, ctx: &TaskContext) -> OutputMode {
+    /// How a task's output is kept: an exchange is retained in the
+    /// fault-tolerant mode; anything spills past memory (a queue overfilled
+    /// for a starving reader spills rather than fail the query).
+    fn output_mode(&self, ctx: &TaskContext, exchange: bool) -> OutputMode {
         let options = SquadronOptions::of(ctx.session_config().options());
         OutputMode {
-            retained: (options.retry_policy == RetryPolicy::Task)
+            retained: (exchange && options.retry_policy == RetryPolicy::Task)
                 .then(|| Arc::clone(&self.retained_memory)),
             disk: Some(Arc::clone(&ctx.runtime_env().disk_manager))
                 .filter(|disk| disk.tmp_files_enabled()),
