@@ -151,3 +151,41 @@ async fn retained_outputs_past_memory_spill_and_the_answer_is_complete() {
     assert_workers_idle(&server, Duration::from_secs(30), "the query").await;
     server.shutdown().await.unwrap();
 }
+
+/// A statement that writes files keeps whole-job retry in the
+/// fault-tolerant mode (a task's files outlive it): a worker lost while it
+/// runs costs one more attempt, and the table holds every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_the_fault_tolerant_mode_is_retried_whole_and_written_once() {
+    let (_dir, tables) = tpch_data(0.01);
+    let warehouse = tempfile::tempdir().unwrap();
+    let location = warehouse.path().to_str().unwrap();
+    let args = ["--insecure", "--warehouse", location];
+    let crash = [("SQUADRON_TEST_FAILPOINT", "crash-on-task=1")];
+    let workers = [
+        WorkerProcess::spawn_args("127.0.0.1:0", &[], &args),
+        WorkerProcess::spawn_args("127.0.0.1:0", &crash, &args),
+        WorkerProcess::spawn_args("127.0.0.1:0", &[], &args),
+    ];
+    let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
+    let mut options = test_options(urls, tables.clone());
+    options.retry_policy = RetryPolicy::Task;
+    options.data_dir = Some(warehouse.path().to_path_buf());
+    let server = coordinator_with(options).await;
+    let mut client = client(&server).await;
+
+    let sql = "CREATE TABLE copied AS SELECT * FROM lineitem".to_string();
+    tokio::time::timeout(DEADLINE, client.execute_update(sql, None))
+        .await
+        .expect("no hang")
+        .expect("the write survives the lost worker");
+    let job = server.coordinator.recent_jobs().pop().unwrap();
+    assert_eq!(job.attempts, 2, "the write ran again whole: {job:?}");
+    assert_eq!(job.tasks_rerun, 0, "{job:?}");
+    let count = "SELECT count(*) AS n FROM copied";
+    let actual = query(&mut client, count).await.unwrap();
+    let oracle_ctx = oracle_context(&tables).await;
+    let expected = oracle(&oracle_ctx, "SELECT count(*) AS n FROM lineitem").await;
+    same_rows(&actual, &expected, false).unwrap();
+    server.shutdown().await.unwrap();
+}
