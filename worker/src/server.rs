@@ -132,6 +132,11 @@ impl Worker {
         self.spilled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Execution memory its tasks hold now (operators and exchanges).
+    pub fn memory_reserved(&self) -> usize {
+        self.runtime.memory_pool.reserved()
+    }
+
     /// The scheme peers reach this worker with.
     pub fn scheme(&self) -> &'static str {
         if self.tls.is_some() {

@@ -5,6 +5,8 @@
 //! it. Every answer is complete and equal to single-node DataFusion's, and
 //! no task, stream or spill file is left behind.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{
@@ -137,17 +139,35 @@ async fn retained_outputs_past_memory_spill_and_the_answer_is_complete() {
     // times the share. (A final stage's own output is not retained: the
     // coordinator runs a lost final task again itself.)
     let sql = "SELECT l.*, o_orderdate FROM lineitem l JOIN orders o ON l_orderkey = o_orderkey";
+    // The workers' execution memory, sampled while the query runs.
+    let workers: Vec<_> = squadron_cluster_tests::workers(&server)
+        .into_iter()
+        .cloned()
+        .collect();
+    let peak = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (workers, peak) = (workers.clone(), Arc::clone(&peak));
+        tokio::spawn(async move {
+            loop {
+                for worker in &workers {
+                    peak.fetch_max(worker.memory_reserved(), Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
     let actual = tokio::time::timeout(Duration::from_secs(120), query(&mut client, sql))
         .await
         .expect("no hang")
         .expect("the query completes by spilling");
     let oracle_ctx = oracle_context(&tables).await;
     same_rows(&actual, &oracle(&oracle_ctx, sql).await, false).unwrap();
-    let spilled: u64 = squadron_cluster_tests::workers(&server)
-        .iter()
-        .map(|w| w.spilled_bytes())
-        .sum();
+    sampler.abort();
+    let peak = peak.load(Ordering::Relaxed);
+    let spilled: u64 = workers.iter().map(|w| w.spilled_bytes()).sum();
+    eprintln!("peak worker memory {peak} bytes, {spilled} bytes spilled");
     assert!(spilled > 0, "the retained outputs spilled");
+    assert!(peak <= 16 << 20, "memory stayed under the limit: {peak}");
     assert_workers_idle(&server, Duration::from_secs(30), "the query").await;
     server.shutdown().await.unwrap();
 }
