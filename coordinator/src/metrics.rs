@@ -15,6 +15,8 @@ pub const TASKS: &str = "squadron_tasks_total";
 pub const JOB_RETRIES: &str = "squadron_job_retries_total";
 pub const TASK_RERUNS: &str = "squadron_task_reruns_total";
 pub const SPOOLED_BYTES: &str = "squadron_result_spooled_bytes_total";
+pub const STAGE_SECONDS: &str = "squadron_stage_duration_seconds";
+pub const TASK_SPILLED_BYTES: &str = "squadron_task_spilled_bytes_total";
 pub const WORKERS_KNOWN: &str = "squadron_workers_known";
 pub const WORKERS_HEALTHY: &str = "squadron_workers_healthy";
 pub const CLIENT_BYTES: &str = "squadron_client_sent_bytes_total";
@@ -70,6 +72,16 @@ pub fn describe() {
         Unit::Bytes,
         "Bytes of fault-tolerant results the coordinator spooled to disk before sending them"
     );
+    describe_histogram!(
+        STAGE_SECONDS,
+        Unit::Seconds,
+        "Stages of completed jobs: their first task's start to their last task's end"
+    );
+    describe_counter!(
+        TASK_SPILLED_BYTES,
+        Unit::Bytes,
+        "Bytes tasks spilled to disk (operators and exchange outputs), as they reported"
+    );
     describe_gauge!(WORKERS_KNOWN, "Workers the resolver lists");
     describe_gauge!(WORKERS_HEALTHY, "Workers that may take tasks now");
     describe_counter!(
@@ -110,6 +122,7 @@ pub fn describe() {
         JOB_RETRIES,
         TASK_RERUNS,
         SPOOLED_BYTES,
+        TASK_SPILLED_BYTES,
         CLIENT_BYTES,
         CLIENT_BATCHES,
         PLANS_REUSED,

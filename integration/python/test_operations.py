@@ -14,6 +14,14 @@ import pytest
 from conftest import BIN_DIR, REPO, SCALE, Process, free_port, scrape, tpch_query
 
 QUERIES = [1, 3, 5, 6, 10]
+# Statements that fail: at parsing, at planning (an unknown column, an
+# unknown table), and on the workers while running.
+FAILING = {
+    "SELEC 1": "ParserError",
+    "SELECT no_such_column FROM nation": "no_such_column",
+    "SELECT * FROM no_such_table": "no_such_table",
+    "SELECT CAST(n_name AS INT) FROM nation": "Cannot cast",
+}
 
 
 def names(samples):
@@ -101,8 +109,10 @@ def after_tpch(observed):
         for n in QUERIES:
             cur.execute(tpch_query(n))
             assert cur.fetch_arrow_table().num_rows > 0
-        with pytest.raises(Exception):
-            cur.execute("SELECT no_such_column FROM nation")
+        for sql in FAILING:
+            with pytest.raises(Exception):
+                cur.execute(sql)
+                cur.fetch_arrow_table()
     return {
         "before": before,
         "coordinator": scrape(observed["coordinator"]),
@@ -132,17 +142,19 @@ def test_counters_move_after_a_tpch_run(after_tpch):
 
     ran = len(QUERIES)
     assert moved('squadron_queries_total{outcome="ok"}') >= ran
-    assert moved('squadron_queries_total{outcome="error"}') == 0  # failed at planning
+    # Every failed statement counts, wherever it failed.
+    assert moved('squadron_queries_total{outcome="error"}') == len(FAILING)
     assert moved("squadron_query_duration_seconds_count") >= ran
     assert moved("squadron_planning_duration_seconds_count") >= ran
     assert moved("squadron_stages_total") >= ran * 2
+    assert moved("squadron_stage_duration_seconds_count") >= ran * 2
     assert moved('squadron_tasks_total{outcome="succeeded"}') >= ran * 2
     assert moved("squadron_client_sent_bytes_total") > 0
     ok_gets = 'squadron_flight_requests_total{method="DoGet",command="TicketStatementQuery",code="OK"}'
     assert moved(ok_gets) >= ran
-    # ADBC prepares every statement: the bad one fails there.
+    # ADBC prepares every statement: the bad ones fail there.
     refused = 'squadron_flight_requests_total{method="DoAction",command="CreatePreparedStatement",code="INVALID_ARGUMENT"}'
-    assert moved(refused) == 1, "the bad query is counted with its status"
+    assert moved(refused) == 2, "the bad queries are counted with their status"
     assert value(after, "squadron_workers_known") == 2
     assert value(after, "squadron_workers_healthy") == 2
     assert value(after, "squadron_queries_active") == 0
@@ -195,6 +207,93 @@ def test_system_tables_show_workers_and_queries(observed, after_tpch):
         with pytest.raises(Exception, match="belongs to the server"):
             rows(observed["uri"], ddl)
     assert len(rows(observed["uri"], "SELECT url FROM system.workers")) == 2
+
+
+def test_system_queries_show_each_statement_its_error_and_answer_size(observed, after_tpch):
+    queries = rows(observed["uri"], "SELECT sql, state, error, rows, bytes FROM system.queries")
+    by_sql = {q["sql"]: q for q in queries}
+    for sql, why in FAILING.items():
+        assert by_sql[sql]["state"] == "error", by_sql[sql]
+        assert why in by_sql[sql]["error"], by_sql[sql]
+    first = by_sql[tpch_query(1)]
+    assert (first["state"], first["error"], first["rows"]) == ("ok", None, 4)
+    assert first["bytes"] > 0
+
+
+def test_system_tasks_show_every_task_of_a_query(observed, after_tpch):
+    uri = observed["uri"]
+    # The oldest run of q3: the one of the TPC-H run above.
+    query = [
+        q for q in rows(uri, "SELECT id, sql, stages FROM system.queries") if q["sql"] == tpch_query(3)
+    ][-1]
+    tasks = rows(uri, f"SELECT * FROM system.tasks WHERE query_id = '{query['id']}' ORDER BY stage, task")
+    assert {t["stage"] for t in tasks} == set(range(query["stages"]))
+    assert all(t["state"] == "succeeded" for t in tasks), tasks
+    assert {t["worker"] for t in tasks} <= set(observed["worker_urls"])
+    for t in tasks:
+        assert t["ended"] >= t["started"] and t["compute_us"] is not None, t
+        assert t["output_rows"] is not None and t["peak_memory_bytes"] is not None, t
+    final = max(t["stage"] for t in tasks)
+    answer = len(rows(uri, tpch_query(3)))
+    assert sum(t["output_rows"] for t in tasks if t["stage"] == final) == answer
+    assert sum(t["input_rows"] for t in tasks if t["stage"] == 0) == 0, "stage 0 reads tables"
+
+
+def analyzed(uri, sql):
+    """EXPLAIN ANALYZE of `sql`: (summary, {stage id: (header, output rows,
+    {upstream stage: rows read}, task lines, text)})."""
+    answer = rows(uri, f"EXPLAIN ANALYZE {sql}")
+    summary, stages = answer[0], {}
+    assert summary["plan_type"] == "Query"
+    for row in answer[1:]:
+        text = row["plan"]
+        header = text.splitlines()[0]
+        stage = int(re.match(r"Stage (\d+) ", header).group(1))
+        totals = text.splitlines()[1]
+        out = int(re.search(r"output_rows=(\d+)", totals).group(1))
+        reads = {int(s): int(n) for s, n in re.findall(r"stage (\d+): (\d+)", totals)}
+        tasks = [line for line in text.splitlines() if line.startswith("    task ")]
+        stages[stage] = (header, out, reads, tasks, text)
+    return summary["plan"], stages
+
+
+@pytest.mark.parametrize("n", [3, 5, 9, 18])
+def test_explain_analyze_shows_what_every_stage_and_task_did(observed, after_tpch, n):
+    summary, stages = analyzed(observed["uri"], tpch_query(n))
+    answer_rows = len(rows(observed["uri"], tpch_query(n)))
+    assert summary.startswith(f"{answer_rows} rows in "), summary
+    final = max(stages)
+    assert stages[final][1] == answer_rows
+    for stage, (header, out, _, tasks, text) in stages.items():
+        count = int(re.search(r"tasks=(\d+)", header).group(1))
+        assert len(tasks) == count, text
+        for line in tasks:
+            assert "succeeded, output_rows=" in line and "peak_memory_bytes=" in line, line
+            assert any(w in line for w in observed["worker_urls"]), line
+        # Every row a stage wrote was read by the stages reading it (a
+        # broadcast once per reading task).
+        readers = [s for s in stages.values() if stage in s[2]]
+        if stage == final:
+            continue
+        assert readers, f"nobody read stage {stage}"
+        read = sum(r[2][stage] for r in readers)
+        if "output=broadcast" in header:
+            expected = out * sum(int(re.search(r"tasks=(\d+)", r[0]).group(1)) for r in readers)
+        else:
+            expected = out
+        if any("fetch=" in r[4] or "LimitExec" in r[4] for r in readers):
+            # A reader under a LIMIT stops once it has its rows.
+            assert 0 < read <= expected, f"stage {stage} wrote {out}, read {read}:\n{text}"
+        else:
+            assert read == expected, f"stage {stage} wrote {out}, its readers read {read}:\n{text}"
+
+
+def test_explain_analyze_verbose_adds_each_tasks_operators(observed, after_tpch):
+    answer = rows(observed["uri"], f"EXPLAIN ANALYZE VERBOSE {tpch_query(1)}")
+    text = "\n".join(r["plan"] for r in answer)
+    assert "task 0 attempt 0 operators:" in text
+    assert re.search(r"AggregateExec: .*metrics=\[.*output_rows=\d+", text), text
+    assert re.search(r"StageReadExec: .*metrics=\[.*bytes_received=\d+", text), text
 
 
 def test_a_worker_leaving_the_file_gets_no_new_tasks(observed, after_tpch):

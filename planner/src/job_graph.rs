@@ -117,7 +117,7 @@ impl JobGraph {
     }
 }
 
-fn stage_header(stage: &Stage) -> String {
+pub fn stage_header(stage: &Stage) -> String {
     let inputs = if stage.inputs.is_empty() {
         String::new()
     } else {

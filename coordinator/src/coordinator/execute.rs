@@ -65,7 +65,7 @@ impl Coordinator {
                 let job_id = job_id.to_string();
                 let job = async move {
                     let _slot = slot;
-                    let report = job.await;
+                    let (report, _) = job.await;
                     tracing::debug!(job_id, "job on the coordinator {}", report.outcome);
                 };
                 tokio::spawn(tracing::Instrument::in_current_span(job));
@@ -77,6 +77,9 @@ impl Coordinator {
                 return Err(Status::internal(
                     "a DDL or DML statement reached the query executor",
                 ));
+            }
+            Work::Analyze { graph, verbose } => {
+                return self.analyze(job_id, graph, settings, verbose, schema).await;
             }
             Work::Distributed(graph) => graph,
         };
@@ -100,7 +103,7 @@ impl Coordinator {
         let job = async move {
             let _slot = slot;
             let started = Instant::now();
-            let report = run.await;
+            let (report, progress) = run.await;
             tracing::info!(
                 job_id,
                 stages = graph.stages.len(),
@@ -113,7 +116,7 @@ impl Coordinator {
                 report.outcome
             );
             if let Some(placement) = &report.placement {
-                running.remember(&job_id, &graph, placement, &report);
+                running.remember(&job_id, &graph, placement, &report, progress);
             }
         };
         // The job's log lines carry the query's id (the caller's span).

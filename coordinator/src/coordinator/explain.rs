@@ -70,6 +70,7 @@ impl Coordinator {
             schema,
             work: Work::Immediate(all),
             settings,
+            statement: None,
         })
     }
 }

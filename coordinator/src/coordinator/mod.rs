@@ -9,6 +9,8 @@
 //! - `running`: the running jobs (timeout, cancel, progress) and the record
 //!   of finished ones
 
+mod analyze;
+mod analyze_report;
 mod execute;
 mod explain;
 mod missing_tables;
@@ -25,7 +27,7 @@ use squadron_exec::plan::guard::DataRoots;
 
 use crate::queries::{LiveQueries, QueryLog, QueryRow};
 use crate::scheduler::admission::Slot;
-use crate::scheduler::{Admission, JobRunner};
+use crate::scheduler::{Admission, JobRunner, TaskRun};
 use crate::session::Session;
 
 pub use planned::{is_update, parameter_names, update_schema, LocalRun, PlannedQuery, Reuse, Work};
@@ -169,6 +171,18 @@ impl LiveQueries for Coordinator {
                     _ => None,
                 };
                 (row, progress)
+            })
+            .collect()
+    }
+
+    fn live_tasks(&self) -> Vec<(String, TaskRun)> {
+        self.queries
+            .rows()
+            .into_iter()
+            .filter(|row| row.job_id != "-")
+            .flat_map(|row| {
+                let runs = self.running.runs(&row.job_id).unwrap_or_default();
+                runs.into_iter().map(move |run| (row.id.clone(), run))
             })
             .collect()
     }

@@ -32,13 +32,15 @@ pub struct PlannedQuery {
     pub work: Work,
     /// The settings the planning session changed; its tasks carry them.
     pub settings: Vec<(String, String)>,
+    /// The SQL it was planned from, when known (`system.queries`).
+    pub statement: Option<Arc<str>>,
 }
 
 impl PlannedQuery {
     /// Stages the query runs as on the workers (0 when it runs here).
     pub fn stage_count(&self) -> usize {
         match &self.work {
-            Work::Distributed(graph) => graph.stages.len(),
+            Work::Distributed(graph) | Work::Analyze { graph, .. } => graph.stages.len(),
             _ => 0,
         }
     }
@@ -103,6 +105,9 @@ pub enum Work {
     },
     /// An answer the coordinator computed itself (EXPLAIN).
     Immediate(Vec<RecordBatch>),
+    /// EXPLAIN ANALYZE of a query run on the workers: it runs, and the
+    /// answer is what its stages and tasks did.
+    Analyze { graph: Arc<JobGraph>, verbose: bool },
     /// A DDL or DML statement, run when fetched; its answer is one row
     /// with the rows it wrote (`count`).
     Update(LogicalPlan, Arc<Session>),

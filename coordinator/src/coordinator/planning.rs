@@ -287,13 +287,52 @@ impl Coordinator {
             LogicalPlan::Explain(explain) => {
                 self.explain(session, &logical, explain, settings).await
             }
-            LogicalPlan::Analyze(_) => Err(Error::unimplemented(
-                "EXPLAIN ANALYZE is not supported yet; use EXPLAIN",
-            )),
+            LogicalPlan::Analyze(analyze) if is_update(&analyze.input) => Err(
+                Error::unimplemented("EXPLAIN ANALYZE of a DDL or DML statement is not supported"),
+            ),
+            LogicalPlan::Analyze(analyze) => {
+                let inner = state
+                    .create_physical_plan(&analyze.input)
+                    .await
+                    .map_err(Error::from)?;
+                let schema = analyze.schema.inner().clone();
+                if self.runs_here(&inner, session).is_some() {
+                    // DataFusion's own EXPLAIN ANALYZE, run here.
+                    let plan = state
+                        .create_physical_plan(&logical)
+                        .await
+                        .map_err(Error::from)?;
+                    let task_ctx = session.task_ctx();
+                    let plan = ready_to_execute(plan, &task_ctx).map_err(Error::from)?;
+                    return Ok(PlannedQuery {
+                        schema,
+                        work: Work::Local {
+                            plan,
+                            task_ctx,
+                            run: LocalRun::Supervised,
+                        },
+                        settings,
+                        statement: None,
+                    });
+                }
+                let mut graph =
+                    build_job_graph(inner, &session.squadron_options()).map_err(Error::from)?;
+                encode_stages(&mut graph).map_err(Error::from)?;
+                Ok(PlannedQuery {
+                    schema,
+                    work: Work::Analyze {
+                        graph: Arc::new(graph),
+                        verbose: analyze.verbose,
+                    },
+                    settings,
+                    statement: None,
+                })
+            }
             plan if is_update(plan) => Ok(PlannedQuery {
                 schema: update_schema(plan),
                 work: Work::Update(logical, Arc::clone(session)),
                 settings,
+                statement: None,
             }),
             LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)) => {
                 Err(Error::internal(
@@ -339,6 +378,7 @@ impl Coordinator {
                     run,
                 },
                 settings,
+                statement: None,
             });
         }
         let mut graph = build_job_graph(plan, &session.squadron_options()).map_err(Error::from)?;
@@ -348,6 +388,7 @@ impl Coordinator {
             schema,
             work: Work::Distributed(Arc::new(graph)),
             settings,
+            statement: None,
         })
     }
 }

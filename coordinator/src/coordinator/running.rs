@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use crate::scheduler::stoppable::Deadline;
-use crate::scheduler::{JobProgress, JobReport, Placement};
+use crate::scheduler::{JobProgress, JobReport, Placement, TaskRun};
 use squadron_planner::JobGraph;
 
 /// The jobs running now, by job id (to stop them and report their
@@ -28,6 +28,9 @@ pub(super) struct RunningJobs {
 
 /// How many finished jobs `recent_jobs` remembers.
 const JOB_HISTORY: usize = 256;
+/// How many task attempts those jobs remember in all: the oldest jobs'
+/// are forgotten first (their other figures are kept).
+const TASK_RUNS_HISTORY: usize = 20_000;
 
 /// A job running now.
 struct RunningJob {
@@ -80,6 +83,10 @@ pub struct JobRecord {
     /// The workers each stage's tasks ran on in the last attempt, by stage
     /// then partition.
     pub placement: Vec<Vec<String>>,
+    /// Its task attempts (`system.tasks`), read when asked: the last
+    /// statuses arrive after the job ended. `None` once the history forgot
+    /// them.
+    pub progress: Option<Arc<JobProgress>>,
 }
 
 impl JobRecord {
@@ -109,7 +116,7 @@ impl RunningJobs {
         job_id: &str,
         output: &Sender<Result<FlightData, Status>>,
         run: F,
-    ) -> impl Future<Output = JobReport> + Send + 'static
+    ) -> impl Future<Output = (JobReport, Arc<JobProgress>)> + Send + 'static
     where
         F: FnOnce(Arc<JobProgress>) -> R,
         R: Future<Output = JobReport> + Send + 'static,
@@ -118,7 +125,7 @@ impl RunningJobs {
         let progress = Arc::clone(&entry.progress);
         let stop = self.stopped(cancel, self.deadline());
         let output = output.clone();
-        let run = run(progress);
+        let run = run(Arc::clone(&progress));
         async move {
             // Stopping drops the run with the future: its tasks stop.
             let stopped = |outcome| JobReport {
@@ -140,7 +147,12 @@ impl RunningJobs {
                 }
             };
             drop(entry);
-            report
+            // A completed job's tasks report their ends just after
+            // (`hold_until_reported`); any other's are over now.
+            if report.outcome != "completed" {
+                progress.job_ended();
+            }
+            (report, progress)
         }
     }
 
@@ -229,6 +241,19 @@ impl RunningJobs {
         })
     }
 
+    /// The task attempts of job `job_id`, running or remembered.
+    pub(super) fn runs(&self, job_id: &str) -> Option<Vec<TaskRun>> {
+        if let Some(job) = self.jobs.get(job_id) {
+            return Some(job.progress.runs());
+        }
+        let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        history
+            .iter()
+            .rev()
+            .find(|job| job.job_id == job_id)
+            .map(|job| job.progress.as_ref().map(|p| p.runs()).unwrap_or_default())
+    }
+
     /// The most recent jobs, oldest first.
     pub(super) fn recent_jobs(&self) -> Vec<JobRecord> {
         self.history
@@ -247,6 +272,7 @@ impl RunningJobs {
         graph: &JobGraph,
         placement: &Placement,
         report: &JobReport,
+        progress: Arc<JobProgress>,
     ) {
         let record = JobRecord {
             job_id: job_id.to_string(),
@@ -263,11 +289,21 @@ impl RunningJobs {
                         .collect()
                 })
                 .collect(),
+            progress: Some(progress),
         };
         let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
         if history.len() == JOB_HISTORY {
             history.pop_front();
         }
         history.push_back(record);
+        let count = |job: &JobRecord| job.progress.as_ref().map_or(0, |p| p.run_count());
+        let mut kept: usize = history.iter().map(count).sum();
+        for job in history.iter_mut() {
+            if kept <= TASK_RUNS_HISTORY {
+                break;
+            }
+            kept -= count(job);
+            job.progress = None;
+        }
     }
 }

@@ -31,3 +31,11 @@ where
         .map_err(Status::from)
         .boxed()
 }
+
+/// The rows a Flight message carries: the length of its record batch.
+pub fn rows_in(data: &FlightData) -> u64 {
+    datafusion::arrow::ipc::root_as_message(&data.data_header)
+        .ok()
+        .and_then(|message| message.header_as_record_batch())
+        .map_or(0, |batch| batch.length().max(0) as u64)
+}

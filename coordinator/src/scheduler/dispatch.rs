@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::try_join_all;
+use futures::TryFutureExt;
 use squadron_common::version::engine_build;
 use squadron_net::client::PeerClients;
 use squadron_net::stream::StreamSecret;
@@ -31,7 +32,7 @@ use tokio::task::JoinSet;
 use tonic::{Code, Status, Streaming};
 
 use super::placement::Placement;
-use super::progress::JobProgress;
+use super::progress::{JobProgress, RunSlot};
 use crate::cluster::WorkerHealth;
 use squadron_planner::{JobGraph, Stage};
 
@@ -80,6 +81,8 @@ pub struct JobAttempt {
     workers: Vec<String>,
     clients: PeerClients,
     completed: bool,
+    /// Where the monitors record their tasks' ends.
+    progress: Arc<JobProgress>,
 }
 
 impl JobAttempt {
@@ -95,10 +98,12 @@ impl Drop for JobAttempt {
     fn drop(&mut self) {
         // Dropping a RunTask status stream stops that task and frees its
         // streams; the monitors hold them.
-        self.monitors.abort_all();
         if self.completed {
+            let monitors = std::mem::take(&mut self.monitors);
+            hold_until_reported(monitors, Arc::clone(&self.progress));
             return;
         }
+        self.monitors.abort_all();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let request = CleanUpJobRequest {
                 job_id: self.job_id.clone(),
@@ -109,6 +114,26 @@ impl Drop for JobAttempt {
             runtime.spawn(clean_up_workers(request, workers, clients));
         }
     }
+}
+
+/// How long a completed job waits for the final statuses of its tasks
+/// (their metrics) after its output was read.
+const STATUS_GRACE: Duration = Duration::from_secs(5);
+
+/// Keeps the status streams of a completed job until every task reported
+/// how it ended (a task's status comes just after its last row), then
+/// drops them; in the background, so the client's answer ends at once.
+pub(super) fn hold_until_reported(mut monitors: JoinSet<()>, progress: Arc<JobProgress>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        monitors.abort_all();
+        return;
+    };
+    runtime.spawn(async move {
+        progress.all_reported(STATUS_GRACE).await;
+        monitors.abort_all();
+        progress.job_ended();
+        progress.record_stage_durations();
+    });
 }
 
 pub(super) async fn clean_up_workers(
@@ -171,6 +196,7 @@ pub async fn start_job(
         workers: placement.workers_used(),
         clients: clients.clone(),
         completed: false,
+        progress: Arc::clone(progress),
     };
     let engine = engine_build();
     // Every task at once, producers first in sending order: a consumer
@@ -187,18 +213,20 @@ pub async fn start_job(
             request.own_url = url.clone();
             request.stream_secret = secret_bytes.clone();
             request.query_id = query_id.to_string();
-            dispatch(clients, url, request)
+            let task = (stage.id, partition);
+            dispatch(clients, url, request).map_ok(move |(url, stream)| (task, url, stream))
         })
     });
     // On failure `job` is dropped here: the tasks accepted so far stop
     // with their status streams.
-    for (url, stream) in try_join_all(accepts).await? {
+    for ((stage, partition), url, stream) in try_join_all(accepts).await? {
         let progress = Arc::clone(progress);
+        let slot = progress.task_started(stage, partition, attempt, &url);
         let placed = health.place_task(&url);
         let failure_tx = failure_tx.clone();
         job.monitors.spawn(async move {
             let _counted_while_the_job_runs = placed;
-            monitor(url, stream, failure_tx, progress).await
+            monitor(url, stream, failure_tx, progress, slot).await
         });
     }
     Ok(job)
@@ -270,8 +298,14 @@ async fn monitor(
     mut stream: Streaming<TaskStatus>,
     failures: mpsc::Sender<TaskFailure>,
     progress: Arc<JobProgress>,
+    slot: RunSlot,
 ) {
     let message = stream.message().await;
+    match &message {
+        Ok(Some(status)) => progress.task_ended(slot, Some(status), ""),
+        Ok(None) => progress.task_ended(slot, None, "the worker closed the task stream"),
+        Err(e) => progress.task_ended(slot, None, e.message()),
+    }
     let outcome = match &message {
         Ok(Some(s)) if s.state() == TaskState::Succeeded => "succeeded",
         Ok(Some(_)) => "failed",

@@ -37,11 +37,11 @@ use tokio::task::{AbortHandle, JoinSet};
 use tonic::{Code, Status, Streaming};
 
 use super::dispatch::{
-    clean_up_workers, dispatch, failure_code, is_query_error, task_request, JobIds, TaskFailure,
-    TaskRef,
+    clean_up_workers, dispatch, failure_code, hold_until_reported, is_query_error, task_request,
+    JobIds, TaskFailure, TaskRef,
 };
 use super::job_runner::{JobReport, JobRunner};
-use super::progress::JobProgress;
+use super::progress::{JobProgress, RunSlot};
 use super::rerun::TaskTable;
 use crate::output::job_output::OutputSender;
 use crate::output::replay::Replay;
@@ -344,6 +344,7 @@ impl<'a> FaultTolerantRun<'a> {
                 monitor.abort();
             }
             let slot = self.table.slot_mut(stage, p);
+            self.progress.task_superseded(stage, p, slot.attempt);
             slot.attempt += 1;
             slot.finished = false;
             if slot.attempt >= self.runner.max_attempts {
@@ -420,9 +421,12 @@ impl<'a> FaultTolerantRun<'a> {
                 Ok((url, stream)) => {
                     let placed = self.runner.health.place_task(&url);
                     let events = self.events.clone();
+                    let progress = Arc::clone(self.progress);
+                    let slot =
+                        progress.task_started(task.stage, task.partition, task.attempt, &url);
                     let monitor = self.monitors.spawn(async move {
                         let _counted_while_the_job_runs = placed;
-                        watch(url, task, stream, events).await
+                        watch(url, task, stream, events, (progress, slot)).await
                     });
                     self.running.insert((task.stage, task.partition), monitor);
                 }
@@ -465,7 +469,14 @@ impl<'a> FaultTolerantRun<'a> {
 
     async fn finish(mut self, end: Result<(), Stop>) -> JobReport {
         // Dropping the status streams stops every task and frees the
-        // retained outputs on the workers.
+        // retained outputs on the workers; a completed job's tasks first
+        // report how they ended.
+        if end.is_ok() {
+            hold_until_reported(
+                std::mem::take(&mut self.monitors),
+                Arc::clone(self.progress),
+            );
+        }
         self.monitors.abort_all();
         self.report.placement = Some(self.table.placement());
         match end {
@@ -501,6 +512,7 @@ async fn watch(
     task: TaskRef,
     mut stream: Streaming<TaskStatus>,
     events: mpsc::UnboundedSender<TaskEvent>,
+    (progress, slot): (Arc<JobProgress>, RunSlot),
 ) {
     let lost = |url: &str, why: String| {
         TaskEvent::Failed(TaskFailure {
@@ -511,7 +523,13 @@ async fn watch(
             )
         })
     };
-    let event = match stream.message().await {
+    let message = stream.message().await;
+    match &message {
+        Ok(Some(status)) => progress.task_ended(slot, Some(status), ""),
+        Ok(None) => progress.task_ended(slot, None, "the worker closed the task stream"),
+        Err(e) => progress.task_ended(slot, None, e.message()),
+    }
+    let event = match message {
         Ok(Some(s)) if s.state() == TaskState::Succeeded => {
             metrics::counter!(crate::metrics::TASKS, "outcome" => "succeeded").increment(1);
             let _ = events.send(TaskEvent::Succeeded(task));

@@ -16,4 +16,4 @@ pub use dispatch::{start_job, JobAttempt, JobIds, TaskFailure};
 pub use job_runner::{JobReport, JobRunner};
 pub use local_run::{run_locally, started_at_once};
 pub use placement::Placement;
-pub use progress::JobProgress;
+pub use progress::{JobProgress, TaskRun};

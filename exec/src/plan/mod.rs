@@ -14,7 +14,7 @@ mod yielding;
 
 pub use codec::{decode_plan, encode_plan, unshared_copy, SquadronCodec};
 pub use plain_strings::prepare_parquet_scans;
-pub use stage_read::{StageBinding, StageReadExec};
+pub use stage_read::{StageBinding, StageReadExec, BYTES_RECEIVED};
 pub use stage_write::{StageOutput, StageWriteExec};
 pub use yielding::yielding;
 

@@ -21,6 +21,9 @@ use datafusion::physical_expr::{
 use datafusion::physical_plan::execution_plan::{
     Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
 };
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
@@ -55,6 +58,9 @@ pub struct StageBinding {
     pub secret: StreamSecret,
 }
 
+/// The metric of the Arrow bytes a stage read received.
+pub const BYTES_RECEIVED: &str = "bytes_received";
+
 #[derive(Debug)]
 pub struct StageReadExec {
     stage_id: u32,
@@ -69,6 +75,9 @@ pub struct StageReadExec {
     first_channel: u32,
     properties: Arc<PlanProperties>,
     binding: Option<StageBinding>,
+    /// Rows and bytes read, per partition (a task's input, for EXPLAIN
+    /// ANALYZE and `system.tasks`).
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl StageReadExec {
@@ -87,6 +96,7 @@ impl StageReadExec {
             first_channel: 0,
             properties: Arc::new(properties),
             binding: None,
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
@@ -176,6 +186,7 @@ impl StageReadExec {
             first_channel: self.first_channel,
             properties: Arc::clone(&self.properties),
             binding: None,
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
@@ -358,10 +369,22 @@ impl ExecutionPlan for StageReadExec {
         // Read all upstream streams at once: a producer blocked on one
         // consumer's full buffer must never wait for a stream read later.
         let merged = futures::stream::select_all(fetches);
+        let rows = BaselineMetrics::new(&self.metrics, partition);
+        let bytes = MetricBuilder::new(&self.metrics).counter(BYTES_RECEIVED, partition);
+        let counted = merged.inspect(move |item| {
+            if let Ok(batch) = item {
+                rows.record_output(batch.num_rows());
+                bytes.add(crate::stream::batch_bytes(batch) as usize);
+            }
+        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema(),
-            merged,
+            counted,
         )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 

@@ -10,4 +10,4 @@ pub use channel::{
     output_channels, output_channels_with, OutputMode, OutputReader, OutputWriter, RetainedMemory,
 };
 pub use manager::{PendingStream, StreamManager};
-pub use writer::{write_output, Router};
+pub use writer::{batch_bytes, write_output, OutputCount, Router};

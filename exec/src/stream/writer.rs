@@ -38,7 +38,33 @@ impl Router {
     }
 }
 
-/// Writes a task's output to its channels and returns the rows written.
+/// The bytes of `batch`'s rows: of a slice, only the slice (a batch cut
+/// from a larger one would otherwise count the whole buffer).
+pub fn batch_bytes(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|column| {
+            let data = column.to_data();
+            data.get_slice_memory_size()
+                .unwrap_or_else(|_| column.get_array_memory_size()) as u64
+        })
+        .sum()
+}
+
+/// What a task wrote to its output channels.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCount {
+    pub rows: u64,
+    /// Batches sent (a broadcast batch counts once per channel).
+    pub batches: u64,
+    /// Arrow in-memory bytes sent, likewise.
+    pub bytes: u64,
+    /// Bytes its channels spilled to disk while it wrote.
+    pub spilled_bytes: u64,
+}
+
+/// Writes a task's output to its channels and returns what it wrote.
 ///
 /// Small batches are first coalesced to about `batch_size` rows: operators
 /// such as a cross join emit one batch per build row, and sending those
@@ -54,16 +80,16 @@ pub async fn write_output(
     mut router: Router,
     output: OutputWriter,
     batch_size: usize,
-) -> Result<u64> {
+) -> Result<OutputCount> {
     let batch_size = batch_size.max(1);
     let mut coalescer = BatchCoalescer::new(input.schema(), batch_size)
         .with_biggest_coalesce_batch_size(Some(batch_size / 2));
-    let mut rows = 0u64;
+    let mut count = OutputCount::default();
     let mut done = false;
     while !done {
         match input.next().await {
             Some(Ok(batch)) => {
-                rows += batch.num_rows() as u64;
+                count.rows += batch.num_rows() as u64;
                 coalescer.push_batch(batch)?;
             }
             Some(Err(e)) => {
@@ -76,7 +102,7 @@ pub async fn write_output(
             }
         }
         while let Some(batch) = coalescer.next_completed_batch() {
-            if let Err(e) = send(&mut router, &output, batch).await {
+            if let Err(e) = send(&mut router, &output, batch, &mut count).await {
                 output.fail(to_status(&e));
                 return Err(e);
             }
@@ -85,14 +111,22 @@ pub async fn write_output(
             break;
         }
     }
+    count.spilled_bytes = output.spilled_bytes();
     output.finish();
-    Ok(rows)
+    Ok(count)
 }
 
-async fn send(router: &mut Router, output: &OutputWriter, batch: RecordBatch) -> Result<()> {
+async fn send(
+    router: &mut Router,
+    output: &OutputWriter,
+    batch: RecordBatch,
+    count: &mut OutputCount,
+) -> Result<()> {
     let channels = output.channel_count();
     for (channel, part) in route(router, batch, channels)? {
         if part.num_rows() > 0 {
+            count.batches += 1;
+            count.bytes += batch_bytes(&part);
             output.send(channel, part).await?;
         }
     }

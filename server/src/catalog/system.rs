@@ -1,4 +1,5 @@
-//! `system.workers` and `system.queries`: the coordinator's live state as
+//! `system.workers`, `system.queries` and `system.tasks`: the coordinator's
+//! live state as
 //! tables. They are computed when scanned, as in-memory batches, so their
 //! queries run on the coordinator (`planner::local`), never on workers.
 
@@ -19,6 +20,7 @@ use datafusion::prelude::SessionContext;
 
 use squadron_coordinator::cluster::{WorkerHealth, WorkerResolver};
 use squadron_coordinator::queries::LiveQueries;
+use squadron_proto::v1::TaskMetrics;
 
 /// The schema the tables live in, in the default catalog.
 pub const SYSTEM_SCHEMA: &str = "system";
@@ -64,8 +66,8 @@ impl TableProvider for SystemTable {
     }
 }
 
-/// Registers `system.workers` and `system.queries` in `ctx`'s default
-/// catalog.
+/// Registers `system.workers`, `system.queries` and `system.tasks` in
+/// `ctx`'s default catalog.
 pub fn register(
     ctx: &SessionContext,
     coordinator: Weak<dyn LiveQueries>,
@@ -84,7 +86,11 @@ pub fn register(
         .ok_or_else(|| DataFusionError::Plan(format!("no default catalog {catalog_name}")))?;
     let schema = Arc::new(MemorySchemaProvider::new());
     schema.register_table("workers".into(), Arc::new(workers_table(resolver, health)))?;
-    schema.register_table("queries".into(), Arc::new(queries_table(coordinator)))?;
+    schema.register_table(
+        "queries".into(),
+        Arc::new(queries_table(Weak::clone(&coordinator))),
+    )?;
+    schema.register_table("tasks".into(), Arc::new(tasks_table(coordinator)))?;
     catalog.register_schema(SYSTEM_SCHEMA, schema)?;
     Ok(())
 }
@@ -143,6 +149,10 @@ fn queries_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
         Field::new("stages", DataType::UInt32, false),
         Field::new("tasks_done", DataType::UInt64, true),
         Field::new("tasks_total", DataType::UInt64, true),
+        Field::new("sql", DataType::Utf8, false),
+        Field::new("error", DataType::Utf8, true),
+        Field::new("rows", DataType::UInt64, false),
+        Field::new("bytes", DataType::UInt64, false),
     ]));
     let rows_schema = Arc::clone(&schema);
     SystemTable {
@@ -175,6 +185,95 @@ fn queries_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
                     )),
                     Arc::new(UInt64Array::from_iter(
                         progress.iter().map(|p| p.map(|(_, tasks)| tasks as u64)),
+                    )),
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.sql))),
+                    Arc::new(StringArray::from_iter(
+                        rows.iter().map(|r| r.error.as_deref()),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.rows))),
+                    Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.bytes))),
+                ],
+            )
+        }),
+    }
+}
+
+fn tasks_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
+    let metric = |name: &str| Field::new(name, DataType::UInt64, true);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("query_id", DataType::Utf8, false),
+        Field::new("stage", DataType::UInt32, false),
+        Field::new("task", DataType::UInt32, false),
+        Field::new("attempt", DataType::UInt32, false),
+        Field::new("worker", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("started", timestamp_type(), false),
+        Field::new("ended", timestamp_type(), true),
+        Field::new("elapsed_ms", DataType::UInt64, false),
+        metric("output_rows"),
+        metric("output_bytes"),
+        metric("input_rows"),
+        metric("input_bytes"),
+        metric("compute_us"),
+        metric("spilled_bytes"),
+        metric("peak_memory_bytes"),
+        Field::new("error", DataType::Utf8, true),
+    ]));
+    let rows_schema = Arc::clone(&schema);
+    SystemTable {
+        schema,
+        rows: Box::new(move || {
+            let coordinator = coordinator.upgrade().ok_or_else(|| {
+                DataFusionError::Execution("the coordinator is shutting down".into())
+            })?;
+            let (queries, runs): (Vec<_>, Vec<_>) = coordinator.live_tasks().into_iter().unzip();
+            let now = SystemTime::now();
+            let measured = |f: fn(&TaskMetrics) -> u64| -> ArrayRef {
+                Arc::new(UInt64Array::from_iter(
+                    runs.iter().map(|r| r.metrics.as_ref().map(f)),
+                ))
+            };
+            batch(
+                &rows_schema,
+                vec![
+                    Arc::new(StringArray::from_iter_values(queries)),
+                    Arc::new(UInt32Array::from_iter_values(runs.iter().map(|r| r.stage))),
+                    Arc::new(UInt32Array::from_iter_values(
+                        runs.iter().map(|r| r.partition),
+                    )),
+                    Arc::new(UInt32Array::from_iter_values(
+                        runs.iter().map(|r| r.attempt),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        runs.iter().map(|r| &r.worker),
+                    )),
+                    Arc::new(StringArray::from_iter_values(runs.iter().map(|r| r.state))),
+                    Arc::new(
+                        TimestampMillisecondArray::from_iter_values(
+                            runs.iter().map(|r| millis(r.started)),
+                        )
+                        .with_timezone("UTC"),
+                    ),
+                    Arc::new(
+                        TimestampMillisecondArray::from_iter(
+                            runs.iter().map(|r| r.ended.map(millis)),
+                        )
+                        .with_timezone("UTC"),
+                    ),
+                    Arc::new(UInt64Array::from_iter_values(runs.iter().map(|r| {
+                        let end = r.ended.unwrap_or(now);
+                        end.duration_since(r.started)
+                            .map_or(0, |d| d.as_millis() as u64)
+                    }))),
+                    measured(|m| m.output_rows),
+                    measured(|m| m.output_bytes),
+                    measured(|m| m.input_rows),
+                    measured(|m| m.input_bytes),
+                    measured(|m| m.elapsed_compute_nanos / 1000),
+                    measured(|m| m.spilled_bytes),
+                    measured(|m| m.peak_memory_bytes),
+                    Arc::new(StringArray::from_iter(
+                        runs.iter().map(|r| r.error.as_deref()),
                     )),
                 ],
             )

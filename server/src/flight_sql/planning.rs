@@ -6,6 +6,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::Schema;
 use tonic::Status;
 
+use super::prepared::Prepared;
 use super::sessions::Caller;
 use datafusion::logical_expr::LogicalPlan;
 use squadron_coordinator::coordinator::{PlannedQuery, Reuse, Work};
@@ -29,6 +30,7 @@ impl SquadronFlightSql {
                 schema: Arc::new(Schema::empty()),
                 work: Work::Immediate(vec![]),
                 settings: vec![],
+                statement: None,
             });
         }
         let session = self.state.sessions.current(caller);
@@ -39,6 +41,30 @@ impl SquadronFlightSql {
     /// earlier one only in its constants re-uses its plan (see
     /// `planner::templates`).
     pub async fn plan_sql(&self, caller: &Caller, sql: &str) -> Result<PlannedQuery, Status> {
+        let planned = self.plan_sql_uncounted(caller, sql).await;
+        let mut planned = self.counted(caller, Some(sql), planned)?;
+        planned.statement = Some(sql.into());
+        Ok(planned)
+    }
+
+    /// `result`, a statement's planning; a failure counts as a failed
+    /// query (`system.queries`, `squadron_queries_total`), as every
+    /// statement that never ran would otherwise go unseen.
+    pub(super) fn counted<T>(
+        &self,
+        caller: &Caller,
+        sql: Option<&str>,
+        result: Result<T, Status>,
+    ) -> Result<T, Status> {
+        if let Err(status) = &result {
+            self.coordinator
+                .queries()
+                .failed_to_start(caller.user(), sql, status);
+        }
+        result
+    }
+
+    async fn plan_sql_uncounted(&self, caller: &Caller, sql: &str) -> Result<PlannedQuery, Status> {
         let session = self.state.sessions.current(caller);
         let key = self.coordinator.statement_key(&session, sql);
         let keep = match self.planned_from_template(&session, key.as_ref()).await? {
@@ -69,6 +95,31 @@ impl SquadronFlightSql {
                 Reuse::Planned(planned) => Ok(*planned),
                 Reuse::Unknown | Reuse::Stale => Err(true),
                 Reuse::DoesNotQualify | Reuse::Inexact => Err(false),
+            },
+        )
+    }
+
+    /// Plans a prepared statement as its tables are now, re-using the plan
+    /// of an earlier run where its session kept one.
+    pub(super) async fn plan_prepared(
+        &self,
+        caller: &Caller,
+        prepared: Prepared,
+    ) -> Result<PlannedQuery, Status> {
+        let session = self.state.sessions.current(caller);
+        let key = prepared.key.clone().filter(|_| prepared.bound.is_none());
+        Ok(
+            match self.planned_from_template(&session, key.as_ref()).await? {
+                Ok(planned) => planned,
+                Err(keep) => {
+                    let prepared = self.with_current_tables(caller, prepared).await?;
+                    if let (true, Some(key)) = (keep, key) {
+                        self.coordinator
+                            .keep_template(&session, key, &prepared.plan)
+                            .await;
+                    }
+                    self.plan_for(caller, prepared.bound_plan()?).await?
+                }
             },
         )
     }

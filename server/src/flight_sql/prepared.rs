@@ -42,6 +42,8 @@ pub struct Prepared {
     /// For a statement without parameters, the key under which it may
     /// re-use a plan (see `planner::templates`).
     pub key: Option<StatementKey>,
+    /// The SQL it was prepared from (`system.queries`).
+    pub sql: Option<Arc<str>>,
 }
 
 impl Prepared {
@@ -71,7 +73,14 @@ impl Prepared {
             dataset,
             bound: None,
             key: None,
+            sql: None,
         })
+    }
+
+    /// The statement as prepared from `sql`.
+    pub fn with_sql(mut self, sql: &str) -> Self {
+        self.sql = Some(sql.into());
+        self
     }
 
     /// With `key`, if the statement has no parameters (bound values are

@@ -138,12 +138,11 @@ impl FlightSqlService for SquadronFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let caller = Caller::of(&request);
         let session = self.state.sessions.current(&caller);
-        let plan = self
-            .coordinator
-            .logical_plan(&session, &query.query)
-            .await?;
+        let plan = self.coordinator.logical_plan(&session, &query.query).await;
+        let plan = self.counted(&caller, Some(&query.query), plan.map_err(Status::from))?;
         let key = self.coordinator.statement_key(&session, &query.query);
-        let prepared = Prepared::new(plan)?.with_key(key);
+        let prepared = self.counted(&caller, Some(&query.query), Prepared::new(plan))?;
+        let prepared = prepared.with_key(key).with_sql(&query.query);
         let dataset_schema = schema_bytes(&prepared.dataset)?;
         let parameter_schema = schema_bytes(&prepared.parameters)?;
         let id = self.state.prepared.insert(prepared, &caller.quota_key())?;
@@ -176,20 +175,10 @@ impl FlightSqlService for SquadronFlightSql {
         let caller = Caller::of(&request);
         let id = self.id_of(&caller, &query.prepared_statement_handle);
         let prepared = self.state.prepared.get(&id)?;
-        let session = self.state.sessions.current(&caller);
-        let key = prepared.key.clone().filter(|_| prepared.bound.is_none());
-        let planned = match self.planned_from_template(&session, key.as_ref()).await? {
-            Ok(planned) => planned,
-            Err(keep) => {
-                let prepared = self.with_current_tables(&caller, prepared).await?;
-                if let (true, Some(key)) = (keep, key) {
-                    self.coordinator
-                        .keep_template(&session, key, &prepared.plan)
-                        .await;
-                }
-                self.plan_for(&caller, prepared.bound_plan()?).await?
-            }
-        };
+        let sql = prepared.sql.clone();
+        let planned = self.plan_prepared(&caller, prepared).await;
+        let mut planned = self.counted(&caller, sql.as_deref(), planned)?;
+        planned.statement = sql;
         let planned = self.updated_now(&caller, planned).await?;
         self.statement_info(&caller, planned, request.into_inner())
             .await
@@ -223,8 +212,10 @@ impl FlightSqlService for SquadronFlightSql {
         let plan = self
             .coordinator
             .logical_plan(&session, &command.query)
-            .await?;
-        self.run_updates(&caller, vec![plan]).await
+            .await;
+        let plan = self.counted(&caller, Some(&command.query), plan.map_err(Status::from))?;
+        self.run_updates(&caller, vec![plan], Some(&command.query))
+            .await
     }
 
     async fn do_put_prepared_statement_update(
@@ -241,7 +232,9 @@ impl FlightSqlService for SquadronFlightSql {
         }
         let prepared = self.state.prepared.get(&id)?;
         let prepared = self.with_current_tables(&caller, prepared).await?;
-        self.run_updates(&caller, prepared.bound_plans()?).await
+        let sql = prepared.sql.clone();
+        self.run_updates(&caller, prepared.bound_plans()?, sql.as_deref())
+            .await
     }
 
     async fn do_put_statement_ingest(
@@ -267,7 +260,7 @@ impl FlightSqlService for SquadronFlightSql {
             stream.map_err(|e| Error::invalid_argument(format!("reading the ingested rows: {e}"))),
         );
         let work = ingest(&self.coordinator, &session, &command, schema, rows);
-        let written = self.as_query(&caller, work).await?;
+        let written = self.as_query(&caller, None, work).await?;
         Ok(written as i64)
     }
 
@@ -549,7 +542,7 @@ impl FlightSqlService for SquadronFlightSql {
             Pending::Started(started) => started.into_stream(),
             Pending::Planned(planned) => {
                 let job_id = self.state.signer.job_id(&id);
-                self.run_query(&caller, slot, &job_id, planned).await?
+                self.run_query(&caller, slot, &job_id, *planned).await?
             }
         };
         Ok(Response::new(stream))

@@ -69,10 +69,10 @@ impl SquadronFlightSql {
         planned: PlannedQuery,
     ) -> Result<Pending, Status> {
         if !planned.worth_starting_early() || !self.coordinator.has_room_to_start_early() {
-            return Ok(Pending::Planned(planned));
+            return Ok(Pending::Planned(Box::new(planned)));
         }
         let Ok(slot) = self.state.quotas.admit(caller) else {
-            return Ok(Pending::Planned(planned));
+            return Ok(Pending::Planned(Box::new(planned)));
         };
         let job_id = self.state.signer.job_id(id);
         let stream = self.run_query(caller, slot, &job_id, planned).await?;
@@ -123,10 +123,12 @@ impl SquadronFlightSql {
         job_id: &str,
         planned: PlannedQuery,
     ) -> Result<FlightDataStream, Status> {
-        let query = self
-            .coordinator
-            .queries()
-            .start(caller.user(), job_id, planned.stage_count());
+        let query = self.coordinator.queries().start(
+            caller.user(),
+            job_id,
+            planned.stage_count(),
+            planned.statement.as_deref(),
+        );
         let span = tracing::info_span!("query", query_id = query.id());
         let execute = self.coordinator.execute(job_id, planned).instrument(span);
         let started = squadron_coordinator::queries::within(query.id(), execute).await;

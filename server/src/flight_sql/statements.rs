@@ -27,7 +27,7 @@ pub struct StatementStore {
 
 /// A statement waiting for its DoGet.
 pub enum Pending {
-    Planned(PlannedQuery),
+    Planned(Box<PlannedQuery>),
     /// Running; the rows wait in its stream.
     Started(StartedQuery),
 }
@@ -122,11 +122,12 @@ mod tests {
     use std::sync::Arc;
 
     fn planned() -> Pending {
-        Pending::Planned(PlannedQuery {
+        Pending::Planned(Box::new(PlannedQuery {
             schema: Arc::new(Schema::empty()),
             work: Work::Immediate(vec![]),
             settings: vec![],
-        })
+            statement: None,
+        }))
     }
 
     fn insert(store: &StatementStore, pending: Pending, user: &str) -> Result<String, Status> {

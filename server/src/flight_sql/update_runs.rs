@@ -20,9 +20,11 @@ impl SquadronFlightSql {
         &self,
         caller: &Caller,
         plans: Vec<LogicalPlan>,
+        sql: Option<&str>,
     ) -> Result<i64, Status> {
         let _slot = self.state.quotas.admit(caller)?;
-        self.as_query(caller, self.run_plans(caller, plans)).await
+        self.as_query(caller, sql, self.run_plans(caller, plans))
+            .await
     }
 
     /// A DDL or DML statement runs when it is described (GetFlightInfo),
@@ -43,6 +45,7 @@ impl SquadronFlightSql {
         let answer = self
             .as_query(
                 caller,
+                planned.statement.as_deref(),
                 run_update_now(&self.coordinator, &schema, plan, &session),
             )
             .await?;
@@ -50,6 +53,7 @@ impl SquadronFlightSql {
             schema,
             work: Work::Immediate(answer),
             settings: planned.settings,
+            statement: planned.statement,
         })
     }
 
@@ -58,9 +62,10 @@ impl SquadronFlightSql {
     pub(super) async fn as_query<T, E: Into<Status>>(
         &self,
         caller: &Caller,
+        sql: Option<&str>,
         work: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, Status> {
-        let query = self.coordinator.queries().start(caller.user(), "-", 0);
+        let query = self.coordinator.queries().start(caller.user(), "-", 0, sql);
         let span = tracing::info_span!("query", query_id = query.id());
         let result = squadron_coordinator::queries::within(query.id(), work.instrument(span))
             .await

@@ -1,6 +1,7 @@
 //! Running tasks: preparing, executing and stopping them.
 
 pub mod failpoint;
+mod measure;
 mod missing_files;
 pub mod registry;
 pub mod runner;

@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::failpoint::{Failpoint, Fault};
+use super::measure::{task_metrics, with_task_memory, SharedNodes, TaskMemory, TaskShare};
 use super::missing_files::missing_file;
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use super::stage_plans::{StageAttempt, StagePlanLease, StagePlans};
@@ -34,8 +35,8 @@ use squadron_exec::plan::guard::{check_plan, DataRoots};
 use squadron_exec::plan::{decode_plan, StageBinding, StageReadExec};
 use squadron_exec::squadron_options::{with_squadron_options, RetryPolicy, SquadronOptions};
 use squadron_exec::stream::{
-    output_channels_with, write_output, OutputMode, OutputWriter, RetainedMemory, Router,
-    StreamManager,
+    output_channels_with, write_output, OutputCount, OutputMode, OutputWriter, RetainedMemory,
+    Router, StreamManager,
 };
 use squadron_exec::write::TableWriteExec;
 use squadron_net::client::PeerClients;
@@ -58,6 +59,10 @@ pub struct PreparedTask {
     stage_plan: StagePlanLease,
     /// Set by the test failpoint: the task panics when it starts.
     panic: bool,
+    /// The task's share of the worker's memory, for its peak.
+    memory: Arc<TaskMemory>,
+    /// The operators it shares with the stage's other tasks here.
+    shared: SharedNodes,
 }
 
 impl PreparedTask {
@@ -157,7 +162,7 @@ impl TaskRunner {
             .as_ref()
             .ok_or_else(|| Error::invalid_argument("RunTask needs a task definition"))?;
         let secret = StreamSecret::from_request(&request.stream_secret)?;
-        let task_ctx = self.task_context(&definition.settings)?;
+        let (task_ctx, memory) = with_task_memory(&*self.task_context(&definition.settings)?);
         let stage = StageAttempt {
             job_id: key.job_id.clone(),
             stage_id: key.stage_id,
@@ -172,6 +177,7 @@ impl TaskRunner {
                 check_plan(&plan, &self.data_roots)?;
                 Ok(plan)
             })?;
+        let shared = SharedNodes::of(&plan);
         let plan = bind_inputs(
             plan,
             key,
@@ -236,7 +242,7 @@ impl TaskRunner {
         };
         let entry = self.tasks.reserve(attempt.clone())?;
         let reservation = MemoryConsumer::new(format!("exchange output {attempt}"))
-            .register(&self.ctx.runtime_env().memory_pool);
+            .register(task_ctx.memory_pool());
         let (writer, readers) =
             output_channels_with(channels, reservation, self.output_mode(&task_ctx, exchange));
         let streams: Vec<(StreamKey, _)> = readers
@@ -266,6 +272,8 @@ impl TaskRunner {
             own_url: request.own_url.clone(),
             stage_plan,
             panic: fault == Some(Fault::Panic),
+            memory,
+            shared,
         })
     }
 
@@ -288,6 +296,8 @@ impl TaskRunner {
             own_url,
             stage_plan,
             panic,
+            memory,
+            shared,
             ..
         } = task;
         let scanned = (Arc::clone(&plan), Arc::clone(&ctx));
@@ -295,6 +305,7 @@ impl TaskRunner {
         let task = async move {
             let _shared_while_running = stage_plan;
             let started = std::time::Instant::now();
+            let started_at = std::time::SystemTime::now();
             metrics::gauge!(crate::metrics::WORKER_TASKS_RUNNING).increment(1.0);
             let token = entry.token().clone();
             let partition = key.partition as usize;
@@ -311,7 +322,9 @@ impl TaskRunner {
                 write_output(stream, router, writer, batch_size).await
             })
             .catch_unwind();
-            let status = tokio::select! {
+            // What the task wrote, when it completed.
+            let mut written = OutputCount::default();
+            let mut status = tokio::select! {
                 _ = token.cancelled() => TaskStatus {
                     message: "stopped by the coordinator".into(),
                     ..status(&key, TaskState::Cancelled)
@@ -324,10 +337,20 @@ impl TaskRunner {
                             None => final_status(&key, Err(e)),
                         }
                     }
-                    Ok(result) => final_status(&key, result),
+                    Ok(result) => {
+                        if let Ok(count) = &result {
+                            written = *count;
+                        }
+                        final_status(&key, result)
+                    }
                     Err(panic) => panicked(&key, panic.as_ref()),
                 },
             };
+            let task = TaskShare {
+                partition,
+                shared: &shared,
+            };
+            status.metrics = Some(task_metrics(&scanned.0, task, started_at, written, &memory));
             tracing::debug!(task = %key, state = ?status.state(), "task finished");
             metrics::gauge!(crate::metrics::WORKER_TASKS_RUNNING).decrement(1.0);
             let outcome = match status.state() {
@@ -471,13 +494,14 @@ pub fn status(key: &AttemptKey, state: TaskState) -> TaskStatus {
         output_rows: 0,
         code: 0,
         upstream: false,
+        metrics: None,
     }
 }
 
-fn final_status(key: &AttemptKey, result: Result<u64>) -> TaskStatus {
+fn final_status(key: &AttemptKey, result: Result<OutputCount>) -> TaskStatus {
     match result {
-        Ok(rows) => TaskStatus {
-            output_rows: rows,
+        Ok(count) => TaskStatus {
+            output_rows: count.rows,
             ..status(key, TaskState::Succeeded)
         },
         Err(e) => TaskStatus {
