@@ -52,6 +52,16 @@ fi
 if [ ! -x integration/.toxiproxy/server ]; then
     GOBIN="$PWD/integration/.toxiproxy" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
 fi
+# Debian's chromium for the query UI tests (Playwright drives it; its own
+# browser download is not reachable from CI).
+if ! command -v chromium > /dev/null; then
+    apt_get() { if [ "$(id -u)" = 0 ]; then apt-get "$@"; else sudo apt-get "$@"; fi; }
+    export DEBIAN_FRONTEND=noninteractive
+    apt_get install -y -q chromium > /dev/null || {
+        apt_get update -q > /dev/null
+        apt_get install -y -q chromium > /dev/null
+    }
+fi
 "$venv/bin/python" -m pytest integration/python -q -p no:cacheprovider
 
 echo "== JDBC client tests"

@@ -74,6 +74,19 @@ pub trait LiveQueries: Send + Sync {
     /// The task attempts of the running and recent queries, by query id
     /// (`system.tasks`); those of jobs the history forgot are gone.
     fn live_tasks(&self) -> Vec<(String, crate::scheduler::TaskRun)>;
+
+    /// Query `id` with its job's stages and task attempts, when it ran
+    /// on the workers and is still remembered.
+    fn query_job(&self, id: &str) -> Option<QueryJob>;
+}
+
+/// One query with what its job did (the query UI's page of a query).
+pub struct QueryJob {
+    pub query: QueryRow,
+    /// Tasks finished and all tasks of a running job.
+    pub progress: Option<(usize, usize)>,
+    pub graph: Option<Arc<squadron_planner::JobGraph>>,
+    pub runs: Vec<crate::scheduler::TaskRun>,
 }
 
 #[derive(Default)]

@@ -239,3 +239,35 @@ def test_no_secret_reaches_the_log(secure):
     for secret in [PASSWORD, OTHER_PASSWORD, token, header[1].decode().split()[1], JWT_SECRET.decode()]:
         assert secret not in log
     assert "argon2id" not in log
+
+
+def test_the_query_ui_refuses_a_request_without_credentials(secure):
+    import urllib.error
+    import urllib.request
+
+    base = f"http://127.0.0.1:{secure['metrics']}"
+
+    def get(path, authorization=None):
+        request = urllib.request.Request(base + path)
+        if authorization:
+            request.add_header("Authorization", authorization)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def basic(user, password):
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    for path in ("/ui", "/ui/api/queries", "/ui/api/workers", "/ui/assets/ui.js"):
+        status, headers, _ = get(path)
+        assert status == 401, path
+        assert headers["WWW-Authenticate"].startswith("Basic"), path
+    assert get("/ui/api/queries", basic("alice", "wrong"))[0] == 401
+    assert get("/ui/api/queries", "Bearer not-a-token")[0] == 401
+    status, _, body = get("/ui/api/queries", basic("alice", PASSWORD))
+    assert status == 200 and body.startswith(b"[")
+    assert get("/ui/api/queries", "Bearer " + external_token("carol"))[0] == 200
+    # The scraper's endpoint stays open, as before.
+    assert get("/metrics")[0] == 200

@@ -14,6 +14,7 @@
 //! The crates below, and the life of a query through them:
 //! docs/architecture.md.
 
+pub mod admin;
 pub mod catalog;
 pub mod engine;
 pub mod flight_sql;

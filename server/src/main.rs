@@ -2,7 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use squadron_coordinator::queries::LiveQueries;
 
 use clap::Parser;
 use squadron_common::logging::LogArgs;
@@ -327,11 +330,13 @@ async fn main() -> anyhow::Result<()> {
     if let Some(command) = args.command {
         return command.run().await;
     }
-    if let Some(listen) = args.metrics_listen {
-        squadron_common::metrics::serve(listen)?;
-    }
+    let metrics = match args.metrics_listen {
+        Some(_) => Some(squadron_common::metrics::install_recorder()?),
+        None => None,
+    };
     squadron_coordinator::metrics::describe();
     let security = args.security.security(args.demo)?;
+    let auth = security.auth.clone();
     let scheme = if security.cluster_tls.is_some() {
         "https"
     } else {
@@ -388,7 +393,7 @@ async fn main() -> anyhow::Result<()> {
         },
         tls: security.tls,
         cluster_tls: security.cluster_tls,
-        auth: security.auth,
+        auth: auth.clone(),
         table_roots: security.table_roots,
         max_queries_per_user: args.max_queries_per_user.max(1),
         coordinator_scan_limit: args.coordinator_scan_limit as u64,
@@ -400,6 +405,15 @@ async fn main() -> anyhow::Result<()> {
         },
     })
     .await?;
+    if let (Some(listen), Some(metrics)) = (args.metrics_listen, metrics) {
+        let admin = squadron_server::admin::Admin {
+            metrics,
+            queries: Arc::downgrade(&server.coordinator) as Weak<dyn LiveQueries>,
+            session: server.coordinator.session().clone(),
+            auth: auth.clone(),
+        };
+        squadron_server::admin::serve(listen, admin).await?;
+    }
     eprintln!("workers: {}", server.workers.join(", "));
     let terminated = squadron_common::shutdown::termination();
     // Tools that start the server read this line for the bound port.

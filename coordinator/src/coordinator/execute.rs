@@ -92,6 +92,7 @@ impl Coordinator {
         let run = {
             let (graph, job_id, tx) = (Arc::clone(&graph), job_id.clone(), tx.clone());
             move |progress: Arc<JobProgress>| async move {
+                progress.set_graph(&graph);
                 let ids = JobIds {
                     job_id: &job_id,
                     query_id: &query_id,

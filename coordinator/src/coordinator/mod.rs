@@ -25,7 +25,7 @@ use datafusion::prelude::SessionContext;
 use squadron_common::error::Error;
 use squadron_exec::plan::guard::DataRoots;
 
-use crate::queries::{LiveQueries, QueryLog, QueryRow};
+use crate::queries::{LiveQueries, QueryJob, QueryLog, QueryRow};
 use crate::scheduler::admission::Slot;
 use crate::scheduler::{Admission, JobRunner, TaskRun};
 use crate::session::Session;
@@ -173,6 +173,17 @@ impl LiveQueries for Coordinator {
                 (row, progress)
             })
             .collect()
+    }
+
+    fn query_job(&self, id: &str) -> Option<QueryJob> {
+        let (query, progress) = self.live_queries().into_iter().find(|(q, _)| q.id == id)?;
+        let job = self.running.job(&query.job_id);
+        Some(QueryJob {
+            graph: job.as_ref().and_then(|j| j.graph()),
+            runs: job.map(|j| j.runs()).unwrap_or_default(),
+            query,
+            progress,
+        })
     }
 
     fn live_tasks(&self) -> Vec<(String, TaskRun)> {

@@ -243,15 +243,20 @@ impl RunningJobs {
 
     /// The task attempts of job `job_id`, running or remembered.
     pub(super) fn runs(&self, job_id: &str) -> Option<Vec<TaskRun>> {
+        self.job(job_id).map(|progress| progress.runs())
+    }
+
+    /// What job `job_id` did so far, running or remembered.
+    pub(super) fn job(&self, job_id: &str) -> Option<Arc<JobProgress>> {
         if let Some(job) = self.jobs.get(job_id) {
-            return Some(job.progress.runs());
+            return Some(Arc::clone(&job.progress));
         }
         let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
         history
             .iter()
             .rev()
             .find(|job| job.job_id == job_id)
-            .map(|job| job.progress.as_ref().map(|p| p.runs()).unwrap_or_default())
+            .and_then(|job| job.progress.clone())
     }
 
     /// The most recent jobs, oldest first.

@@ -4,9 +4,10 @@
 //! ANALYZE).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use squadron_planner::JobGraph;
 use squadron_proto::v1::{TaskMetrics, TaskState, TaskStatus};
 
 /// Task attempts one job records at most (a bound on its memory: beyond,
@@ -22,6 +23,8 @@ pub struct JobProgress {
     /// for each report.
     unreported: AtomicUsize,
     reported: tokio::sync::Notify,
+    /// The job's stages, for those who look at it (the query UI).
+    graph: std::sync::OnceLock<Arc<JobGraph>>,
 }
 
 /// One task attempt of a job.
@@ -187,6 +190,15 @@ impl JobProgress {
 
     pub fn run_count(&self) -> usize {
         self.runs.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Remembers the job's stages (once).
+    pub fn set_graph(&self, graph: &Arc<JobGraph>) {
+        let _ = self.graph.set(Arc::clone(graph));
+    }
+
+    pub fn graph(&self) -> Option<Arc<JobGraph>> {
+        self.graph.get().cloned()
     }
 
     /// The task attempts recorded so far, in the order they started.
