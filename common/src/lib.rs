@@ -15,4 +15,5 @@ pub mod logging;
 pub mod metrics;
 pub mod shutdown;
 pub mod spill_dir;
+pub mod traces;
 pub mod version;

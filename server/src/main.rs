@@ -326,7 +326,7 @@ fn non_negative(value: f64, flag: &str) -> anyhow::Result<Duration> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Args = squadron_common::config::parse("SQUADRON_")?;
-    args.log.init()?;
+    let _telemetry = args.log.init("squadron-server")?;
     if let Some(command) = args.command {
         return command.run().await;
     }

@@ -114,7 +114,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Args = squadron_common::config::parse("SQUADRON_WORKER_")?;
-    args.log.init()?;
+    let _telemetry = args.log.init("squadron-worker")?;
     if let Some(listen) = args.metrics_listen {
         squadron_common::metrics::serve(listen)?;
     }

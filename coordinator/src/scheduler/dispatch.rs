@@ -239,6 +239,8 @@ pub(super) async fn dispatch(
     request: RunTaskRequest,
 ) -> Result<(String, Streaming<TaskStatus>), TaskFailure> {
     let task = task_name(request.key.as_ref(), request.attempt);
+    let mut request = request;
+    request.trace_context = squadron_common::traces::current_context();
     let mut client = clients
         .worker(&url)
         .map_err(|e| TaskFailure::new(Status::invalid_argument(e.to_string()), None))?;
@@ -405,6 +407,7 @@ pub(super) fn task_request(
         own_url: String::new(),
         stream_secret: vec![],
         query_id: String::new(),
+        trace_context: Default::default(),
     }
 }
 

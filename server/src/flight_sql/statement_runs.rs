@@ -129,7 +129,7 @@ impl SquadronFlightSql {
             planned.stage_count(),
             planned.statement.as_deref(),
         );
-        let span = tracing::info_span!("query", query_id = query.id());
+        let span = tracing::info_span!(parent: None, "query", query_id = query.id());
         let execute = self.coordinator.execute(job_id, planned).instrument(span);
         let started = squadron_coordinator::queries::within(query.id(), execute).await;
         match started {

@@ -66,7 +66,7 @@ impl SquadronFlightSql {
         work: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, Status> {
         let query = self.coordinator.queries().start(caller.user(), "-", 0, sql);
-        let span = tracing::info_span!("query", query_id = query.id());
+        let span = tracing::info_span!(parent: None, "query", query_id = query.id());
         let result = squadron_coordinator::queries::within(query.id(), work.instrument(span))
             .await
             .map_err(Into::into);

@@ -67,6 +67,7 @@ impl WorkerService for WorkerControl {
             ),
             None => tracing::Span::none(),
         };
+        squadron_common::traces::continue_trace(&span, &request.trace_context);
         let _entered = span.enter();
         let prepared = self.runner.prepare(request)?;
         let key = prepared.key().clone();

@@ -47,6 +47,7 @@ fn request_of(job: &str, secret: &[u8], plan: Vec<u8>) -> RunTaskRequest {
         own_url: String::new(),
         stream_secret: secret.to_vec(),
         query_id: "q1".into(),
+        trace_context: Default::default(),
     }
 }
 
