@@ -15,7 +15,6 @@ use tonic::Status;
 use super::analyze_report::{report, QuerySummary};
 use super::Coordinator;
 use crate::output::{encode_batches, rows_in, JobStream, OUTPUT_BUFFER};
-use crate::scheduler::{JobIds, JobProgress};
 
 /// How long the answer waits for the tasks' final statuses.
 const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -33,21 +32,8 @@ impl Coordinator {
     ) -> Result<JobStream, Status> {
         let _slot = self.admission.admit().await?;
         let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
-        let runner = Arc::clone(&self.runner);
-        let query_id = crate::queries::current_query_id();
-        let run = {
-            let (graph, job_id, tx) = (Arc::clone(&graph), job_id.to_string(), tx.clone());
-            move |progress: Arc<JobProgress>| async move {
-                progress.set_graph(&graph);
-                let ids = JobIds {
-                    job_id: &job_id,
-                    query_id: &query_id,
-                };
-                runner.run(ids, &graph, &settings, &progress, &tx).await
-            }
-        };
         let started = Instant::now();
-        let run = self.running.supervise(job_id, &tx, run);
+        let run = self.supervised_job(job_id, &graph, settings, &tx);
         // Only the job's own sender may keep the output open.
         drop(tx);
         let drain = async move {

@@ -10,13 +10,40 @@ use squadron_common::error::to_status;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use crate::output::OutputSender;
 use crate::output::{encode_batches, schema_message, JobStream, OUTPUT_BUFFER};
 use crate::scheduler::stoppable::until_stopped;
-use crate::scheduler::{run_locally, started_at_once, JobIds, JobProgress};
+use crate::scheduler::{run_locally, started_at_once, JobIds, JobProgress, JobReport};
+use squadron_planner::JobGraph;
+use std::future::Future;
 
 use super::{Coordinator, LocalRun, PlannedQuery, Work};
 
 impl Coordinator {
+    /// Job `job_id` running `graph` on the workers for the current query,
+    /// its output on `tx`, stopped by the query timeout or a cancel;
+    /// resolves with its report and what its tasks did.
+    pub(super) fn supervised_job(
+        &self,
+        job_id: &str,
+        graph: &Arc<JobGraph>,
+        settings: Vec<(String, String)>,
+        tx: &OutputSender,
+    ) -> impl Future<Output = (JobReport, Arc<JobProgress>)> + Send + 'static {
+        let runner = Arc::clone(&self.runner);
+        let query_id = crate::queries::current_query_id();
+        let (graph, owned_id, sender) = (Arc::clone(graph), job_id.to_string(), tx.clone());
+        let run = move |progress: Arc<JobProgress>| async move {
+            progress.set_graph(&graph);
+            let ids = JobIds {
+                job_id: &owned_id,
+                query_id: &query_id,
+            };
+            runner.run(ids, &graph, &settings, &progress, &sender).await
+        };
+        self.running.supervise(job_id, tx, run)
+    }
+
     /// Runs a planned statement; the stream yields its result as Flight
     /// messages. Waits for an admission slot first (or is refused with
     /// RESOURCE_EXHAUSTED).
@@ -85,22 +112,9 @@ impl Coordinator {
         };
         let slot = self.admission.admit().await?;
         let (tx, rx) = tokio::sync::mpsc::channel(OUTPUT_BUFFER);
-        let runner = Arc::clone(&self.runner);
         let running = self.running.clone();
+        let run = self.supervised_job(job_id, &graph, settings, &tx);
         let job_id = job_id.to_string();
-        let query_id = crate::queries::current_query_id();
-        let run = {
-            let (graph, job_id, tx) = (Arc::clone(&graph), job_id.clone(), tx.clone());
-            move |progress: Arc<JobProgress>| async move {
-                progress.set_graph(&graph);
-                let ids = JobIds {
-                    job_id: &job_id,
-                    query_id: &query_id,
-                };
-                runner.run(ids, &graph, &settings, &progress, &tx).await
-            }
-        };
-        let run = self.running.supervise(&job_id, &tx, run);
         let job = async move {
             let _slot = slot;
             let started = Instant::now();

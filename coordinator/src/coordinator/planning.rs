@@ -26,6 +26,7 @@ use squadron_planner::placeholders::number_placeholders;
 use squadron_planner::templates::{Instance, StatementKey, Template};
 use squadron_planner::{
     build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
+    JobGraph,
 };
 
 use super::missing_tables::or_not_found;
@@ -295,33 +296,18 @@ impl Coordinator {
                     .create_physical_plan(&analyze.input)
                     .await
                     .map_err(Error::from)?;
-                let schema = analyze.schema.inner().clone();
                 if self.runs_here(&inner, session).is_some() {
                     // DataFusion's own EXPLAIN ANALYZE, run here.
                     let plan = state
                         .create_physical_plan(&logical)
                         .await
                         .map_err(Error::from)?;
-                    let task_ctx = session.task_ctx();
-                    let plan = ready_to_execute(plan, &task_ctx).map_err(Error::from)?;
-                    return Ok(PlannedQuery {
-                        schema,
-                        work: Work::Local {
-                            plan,
-                            task_ctx,
-                            run: LocalRun::Supervised,
-                        },
-                        settings,
-                        statement: None,
-                    });
+                    return local(session, plan, LocalRun::Supervised, settings);
                 }
-                let mut graph =
-                    build_job_graph(inner, &session.squadron_options()).map_err(Error::from)?;
-                encode_stages(&mut graph).map_err(Error::from)?;
                 Ok(PlannedQuery {
-                    schema,
+                    schema: analyze.schema.inner().clone(),
                     work: Work::Analyze {
-                        graph: Arc::new(graph),
+                        graph: Arc::new(stages(session, inner)?),
                         verbose: analyze.verbose,
                     },
                     settings,
@@ -365,32 +351,48 @@ impl Coordinator {
         plan: Arc<dyn ExecutionPlan>,
         settings: Vec<(String, String)>,
     ) -> Result<PlannedQuery, Error> {
-        let schema = plan.schema();
         if let Some(run) = self.runs_here(&plan, session) {
-            let task_ctx = session.task_ctx();
-            // Run as a worker runs it (see `ready_to_execute`).
-            let plan = ready_to_execute(plan, &task_ctx).map_err(Error::from)?;
-            return Ok(PlannedQuery {
-                schema,
-                work: Work::Local {
-                    plan,
-                    task_ctx,
-                    run,
-                },
-                settings,
-                statement: None,
-            });
+            return local(session, plan, run, settings);
         }
-        let mut graph = build_job_graph(plan, &session.squadron_options()).map_err(Error::from)?;
-        tracing::trace!("stages cut");
-        encode_stages(&mut graph).map_err(Error::from)?;
+        let schema = plan.schema();
         Ok(PlannedQuery {
             schema,
-            work: Work::Distributed(Arc::new(graph)),
+            work: Work::Distributed(Arc::new(stages(session, plan)?)),
             settings,
             statement: None,
         })
     }
+}
+
+/// `plan` to run here as `run`, as a worker would run it (see
+/// `ready_to_execute`).
+fn local(
+    session: &Arc<Session>,
+    plan: Arc<dyn ExecutionPlan>,
+    run: LocalRun,
+    settings: Vec<(String, String)>,
+) -> Result<PlannedQuery, Error> {
+    let schema = plan.schema();
+    let task_ctx = session.task_ctx();
+    let plan = ready_to_execute(plan, &task_ctx).map_err(Error::from)?;
+    Ok(PlannedQuery {
+        schema,
+        work: Work::Local {
+            plan,
+            task_ctx,
+            run,
+        },
+        settings,
+        statement: None,
+    })
+}
+
+/// `plan` cut into stages, encoded for the workers.
+fn stages(session: &Arc<Session>, plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph, Error> {
+    let mut graph = build_job_graph(plan, &session.squadron_options()).map_err(Error::from)?;
+    tracing::trace!("stages cut");
+    encode_stages(&mut graph).map_err(Error::from)?;
+    Ok(graph)
 }
 
 /// Who reads a planned query's rows.

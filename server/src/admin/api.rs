@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use squadron_coordinator::queries::QueryRow;
 use squadron_coordinator::scheduler::TaskRun;
 
-use super::Admin;
+use super::state::Admin;
 
 fn millis(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)

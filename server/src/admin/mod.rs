@@ -12,9 +12,11 @@
 
 mod api;
 mod pages;
+mod state;
+
+pub use state::Admin;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Weak};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -22,21 +24,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use datafusion::prelude::SessionContext;
-use squadron_common::metrics::PrometheusHandle;
-use squadron_coordinator::queries::LiveQueries;
-
-use crate::security::auth::Authenticator;
-
-/// What the admin port reads.
-#[derive(Clone)]
-pub struct Admin {
-    pub metrics: PrometheusHandle,
-    pub queries: Weak<dyn LiveQueries>,
-    /// The coordinator's session, for `system.workers`.
-    pub session: SessionContext,
-    pub auth: Option<Arc<Authenticator>>,
-}
 
 /// Binds `listen` now (so the port is known when the server says it is
 /// up) and serves the admin routes in the background.

@@ -104,6 +104,11 @@ fn millis(time: SystemTime) -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Milliseconds since the epoch as UTC timestamps.
+fn timestamps(values: impl IntoIterator<Item = Option<i64>>) -> ArrayRef {
+    Arc::new(TimestampMillisecondArray::from_iter(values).with_timezone("UTC"))
+}
+
 fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
@@ -132,7 +137,7 @@ fn workers_table(resolver: Arc<dyn WorkerResolver>, health: WorkerHealth) -> Sys
                     Arc::new(StringArray::from(urls)),
                     Arc::new(StringArray::from(states)),
                     Arc::new(UInt64Array::from(tasks)),
-                    Arc::new(TimestampMillisecondArray::from(seen).with_timezone("UTC")),
+                    timestamps(seen),
                 ],
             )
         }),
@@ -168,12 +173,7 @@ fn queries_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
                     Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.id))),
                     Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.user))),
                     Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.state))),
-                    Arc::new(
-                        TimestampMillisecondArray::from_iter_values(
-                            rows.iter().map(|r| millis(r.started)),
-                        )
-                        .with_timezone("UTC"),
-                    ),
+                    timestamps(rows.iter().map(|r| Some(millis(r.started)))),
                     Arc::new(UInt64Array::from_iter_values(
                         rows.iter().map(|r| r.elapsed_ms),
                     )),
@@ -248,18 +248,8 @@ fn tasks_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
                         runs.iter().map(|r| &r.worker),
                     )),
                     Arc::new(StringArray::from_iter_values(runs.iter().map(|r| r.state))),
-                    Arc::new(
-                        TimestampMillisecondArray::from_iter_values(
-                            runs.iter().map(|r| millis(r.started)),
-                        )
-                        .with_timezone("UTC"),
-                    ),
-                    Arc::new(
-                        TimestampMillisecondArray::from_iter(
-                            runs.iter().map(|r| r.ended.map(millis)),
-                        )
-                        .with_timezone("UTC"),
-                    ),
+                    timestamps(runs.iter().map(|r| Some(millis(r.started)))),
+                    timestamps(runs.iter().map(|r| r.ended.map(millis))),
                     Arc::new(UInt64Array::from_iter_values(runs.iter().map(|r| {
                         let end = r.ended.unwrap_or(now);
                         end.duration_since(r.started)
