@@ -104,6 +104,13 @@ fn millis(time: SystemTime) -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The coordinator, unless it is shutting down.
+fn live(coordinator: &Weak<dyn LiveQueries>) -> Result<Arc<dyn LiveQueries>> {
+    coordinator
+        .upgrade()
+        .ok_or_else(|| DataFusionError::Execution("the coordinator is shutting down".into()))
+}
+
 /// Milliseconds since the epoch as UTC timestamps.
 fn timestamps(values: impl IntoIterator<Item = Option<i64>>) -> ArrayRef {
     Arc::new(TimestampMillisecondArray::from_iter(values).with_timezone("UTC"))
@@ -163,9 +170,7 @@ fn queries_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
     SystemTable {
         schema,
         rows: Box::new(move || {
-            let coordinator = coordinator.upgrade().ok_or_else(|| {
-                DataFusionError::Execution("the coordinator is shutting down".into())
-            })?;
+            let coordinator = live(&coordinator)?;
             let (rows, progress): (Vec<_>, Vec<_>) = coordinator.live_queries().into_iter().unzip();
             batch(
                 &rows_schema,
@@ -223,9 +228,7 @@ fn tasks_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
     SystemTable {
         schema,
         rows: Box::new(move || {
-            let coordinator = coordinator.upgrade().ok_or_else(|| {
-                DataFusionError::Execution("the coordinator is shutting down".into())
-            })?;
+            let coordinator = live(&coordinator)?;
             let (queries, runs): (Vec<_>, Vec<_>) = coordinator.live_tasks().into_iter().unzip();
             let now = SystemTime::now();
             let measured = |f: fn(&TaskMetrics) -> u64| -> ArrayRef {
