@@ -36,13 +36,28 @@ class Process:
         self.proc.wait()
 
 
+def insecure_workers(count=2, *args, env=None):
+    """`count` plaintext worker processes on loopback, with `args`."""
+    return [
+        Process([str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0", "--insecure", *args],
+                env=env)
+        for _ in range(count)
+    ]
+
+
+def rows(uri, sql):
+    """The answer of `sql` as a list of dicts, over a connection of its own."""
+    import adbc_driver_flightsql.dbapi as flightsql
+
+    with flightsql.connect(uri) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetch_arrow_table().to_pylist()
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("data")
-    workers = [
-        Process([str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0", "--insecure"])
-        for _ in range(2)
-    ]
+    workers = insecure_workers()
     server = Process(
         [
             str(BIN_DIR / "squadron-server"),

@@ -10,10 +10,9 @@ same port at different loopback addresses, as pods do.
 import subprocess
 import time
 
-import adbc_driver_flightsql.dbapi as flightsql
 import pytest
 
-from conftest import BIN_DIR, SCALE, Process, free_port, scrape, tpch_query
+from conftest import BIN_DIR, SCALE, Process, free_port, rows, scrape, tpch_query
 
 NAME = "squadron-workers.test"
 SUCCEEDED = 'squadron_worker_tasks_total{outcome="succeeded"}'
@@ -34,12 +33,6 @@ pytestmark = pytest.mark.skipif(
     not can_use_mount_namespaces(),
     reason="needs unshare -m (root or user namespaces) to give the coordinator its own /etc/hosts",
 )
-
-
-def rows(uri, sql):
-    with flightsql.connect(uri) as conn, conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetch_arrow_table().to_pylist()
 
 
 def wait_for_workers(uri, wanted):

@@ -11,7 +11,7 @@ import time
 import adbc_driver_flightsql.dbapi as flightsql
 import pytest
 
-from conftest import BIN_DIR, REPO, SCALE, Process, free_port, scrape, tpch_query
+from conftest import BIN_DIR, REPO, SCALE, Process, free_port, rows, scrape, tpch_query
 
 QUERIES = [1, 3, 5, 6, 10]
 # Statements that fail: at parsing, at planning (an unknown column, an
@@ -31,12 +31,6 @@ def names(samples):
 def value(samples, series):
     assert series in samples, f"{series} not exported: {sorted(names(samples))}"
     return samples[series]
-
-
-def rows(uri, sql):
-    with flightsql.connect(uri) as conn, conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetch_arrow_table().to_pylist()
 
 
 @pytest.fixture(scope="module")

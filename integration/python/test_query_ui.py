@@ -7,10 +7,9 @@ import shutil
 import threading
 import time
 
-import adbc_driver_flightsql.dbapi as flightsql
 import pytest
 
-from conftest import BIN_DIR, Process, free_port
+from conftest import BIN_DIR, Process, free_port, insecure_workers, rows
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Seconds of work at SF0.01 in a debug build: a join of lineitem with
@@ -22,19 +21,10 @@ SLOW = (
 FAILING = "SELECT CAST(n_name AS INT) FROM nation"
 
 
-def rows(uri, sql):
-    with flightsql.connect(uri) as conn, conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetch_arrow_table().to_pylist()
-
-
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ui")
-    workers = [
-        Process([str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0", "--insecure"])
-        for _ in range(2)
-    ]
+    workers = insecure_workers()
     port = free_port()
     server = Process(
         [

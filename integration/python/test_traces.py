@@ -9,12 +9,11 @@ import time
 from collections import defaultdict
 from concurrent import futures
 
-import adbc_driver_flightsql.dbapi as flightsql
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from conftest import BIN_DIR, Process, tpch_query
+from conftest import BIN_DIR, Process, insecure_workers, rows, tpch_query
 
 
 class Collector(trace_service_pb2_grpc.TraceServiceServicer):
@@ -52,11 +51,7 @@ def traced(tmp_path_factory):
     endpoint = f"http://127.0.0.1:{port}"
     # Export batches quickly, so the test need not wait for the default 5 s.
     env = {"OTEL_BSP_SCHEDULE_DELAY": "100"}
-    workers = [
-        Process([str(BIN_DIR / "squadron-worker"), "--listen", "127.0.0.1:0", "--insecure",
-                 "--otlp-endpoint", endpoint], env=env)
-        for _ in range(2)
-    ]
+    workers = insecure_workers(2, "--otlp-endpoint", endpoint, env=env)
     coordinator = Process(
         [str(BIN_DIR / "squadron-server"), "--listen", "127.0.0.1:0",
          "--workers", ",".join(w.url for w in workers),
@@ -71,12 +66,6 @@ def traced(tmp_path_factory):
     for w in workers:
         w.stop()
     server.stop(0)
-
-
-def rows(uri, sql):
-    with flightsql.connect(uri) as conn, conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetch_arrow_table().to_pylist()
 
 
 def test_each_query_is_one_trace_with_spans_from_the_coordinator_and_its_workers(traced):
