@@ -8,6 +8,8 @@
 //! - `write/`: part files of created tables, written by the tasks
 //! - `managed_table`: created tables, exactly their committed part files
 //! - `object_stores`: remote tables' stores, built from the environment
+//! - `dynamic_filters`: a task's join build sides and TopK thresholds
+//!   pruning its scans
 //! - `squadron_options`: the `squadron.*` session settings
 //! - `execution_runtime`: the threads plans execute on, apart from the
 //!   threads serving gRPC
@@ -15,6 +17,7 @@
 //!   session needs to plan as the coordinator did
 
 pub mod configured_functions;
+pub mod dynamic_filters;
 pub mod execution_runtime;
 pub mod managed_table;
 pub mod object_stores;

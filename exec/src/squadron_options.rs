@@ -31,6 +31,8 @@ pub struct SquadronOptions {
     pub subset_key_max_rows: u64,
     /// See `RETRY_POLICY`.
     pub retry_policy: RetryPolicy,
+    /// See `DYNAMIC_FILTERS`.
+    pub dynamic_filters: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -98,6 +100,13 @@ const RETRY_POLICY: (&str, &str) = (
      tasks again, and results survive the failure (--retry-policy)",
 );
 
+const DYNAMIC_FILTERS: (&str, &str) = (
+    "dynamic_filters",
+    "Whether a task's hash joins, once their build side is complete, prune the scans of \
+     their probe side in the same task, and TopK thresholds the scans below them \
+     (--dynamic-filters)",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -105,6 +114,7 @@ impl Default for SquadronOptions {
             reuse_plans: true,
             subset_key_max_rows: DEFAULT_SUBSET_KEY_MAX_ROWS,
             retry_policy: RetryPolicy::default(),
+            dynamic_filters: true,
         }
     }
 }
@@ -127,6 +137,7 @@ impl ExtensionOptions for SquadronOptions {
             k if k == COORDINATOR_SCAN_LIMIT.0 => self.coordinator_scan_limit.set(k, value),
             k if k == REUSE_PLANS.0 => self.reuse_plans.set(k, value),
             k if k == SUBSET_KEY_MAX_ROWS.0 => self.subset_key_max_rows.set(k, value),
+            k if k == DYNAMIC_FILTERS.0 => self.dynamic_filters.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -157,6 +168,7 @@ impl ExtensionOptions for SquadronOptions {
             entry(REUSE_PLANS, self.reuse_plans.to_string()),
             entry(SUBSET_KEY_MAX_ROWS, self.subset_key_max_rows.to_string()),
             entry(RETRY_POLICY, self.retry_policy.name().to_string()),
+            entry(DYNAMIC_FILTERS, self.dynamic_filters.to_string()),
         ]
     }
 }
@@ -197,10 +209,12 @@ mod tests {
         options.set("squadron.coordinator_scan_limit", "0").unwrap();
         options.set("squadron.reuse_plans", "false").unwrap();
         options.set("squadron.subset_key_max_rows", "12").unwrap();
+        options.set("squadron.dynamic_filters", "false").unwrap();
         let read = SquadronOptions::of(&options);
         assert_eq!(read.coordinator_scan_limit, 0);
         assert!(!read.reuse_plans);
         assert_eq!(read.subset_key_max_rows, 12);
+        assert!(!read.dynamic_filters);
         options.set("squadron.retry_policy", "TASK").unwrap();
         assert_eq!(
             SquadronOptions::of(&options).retry_policy,

@@ -194,6 +194,12 @@ struct Args {
     #[arg(long, default_value = "query")]
     retry_policy: squadron_exec::squadron_options::RetryPolicy,
 
+    /// Whether tasks prune the scans of a hash join's probe side once its
+    /// build side is complete, and the scans below a TopK by its threshold
+    /// (`SET squadron.dynamic_filters` per session).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    dynamic_filters: bool,
+
     /// Where the coordinator spools fault-tolerant results past memory, and
     /// the embedded workers spill (each process in a directory of its own
     /// in it, removed when it stops or, after a kill, by the next process
@@ -399,6 +405,7 @@ async fn main() -> anyhow::Result<()> {
         coordinator_scan_limit: args.coordinator_scan_limit as u64,
         reuse_plans: args.reuse_plans,
         retry_policy: args.retry_policy,
+        dynamic_filters: args.dynamic_filters,
         spill: SpillSettings {
             dir: args.spill_dir.unwrap_or(SpillSettings::default().dir),
             limit: args.spill_limit as u64,

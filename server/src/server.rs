@@ -142,6 +142,8 @@ pub struct ServerOptions {
     pub reuse_plans: bool,
     /// The sessions' default `squadron.retry_policy` (`--retry-policy`).
     pub retry_policy: RetryPolicy,
+    /// The sessions' default `squadron.dynamic_filters` (`--dynamic-filters`).
+    pub dynamic_filters: bool,
     /// Where the coordinator spools and embedded workers spill.
     pub spill: SpillSettings,
 }
@@ -175,6 +177,7 @@ impl Default for ServerOptions {
             coordinator_scan_limit: DEFAULT_COORDINATOR_SCAN_LIMIT,
             reuse_plans: true,
             retry_policy: RetryPolicy::default(),
+            dynamic_filters: true,
             spill: SpillSettings::default(),
         }
     }
@@ -348,6 +351,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         coordinator_scan_limit: options.coordinator_scan_limit,
         reuse_plans: options.reuse_plans,
         retry_policy: options.retry_policy,
+        dynamic_filters: options.dynamic_filters,
         ..SquadronOptions::default()
     };
     let mut config = with_squadron_options(coordinator_session_config(partitions), defaults);

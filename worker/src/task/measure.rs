@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use datafusion::common::Result;
+use datafusion::datasource::memory::DataSourceExec;
 use datafusion::execution::memory_pool::{
     MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
 };
@@ -145,8 +146,12 @@ impl SharedNodes {
         Self(nodes)
     }
 
+    /// Whether `node`'s metrics are shared with the stage's other tasks
+    /// here. A scan always is: the copy a task's dynamic filter makes of a
+    /// shared scan (`squadron_exec::dynamic_filters`) keeps its source, and
+    /// the source holds the metrics.
     fn contains(&self, node: &dyn ExecutionPlan) -> bool {
-        self.0.contains(&address(node))
+        self.0.contains(&address(node)) || node.is::<DataSourceExec>()
     }
 }
 

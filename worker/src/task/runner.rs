@@ -31,6 +31,7 @@ use super::stage_plans::{StageAttempt, StagePlanLease, StagePlans};
 use squadron_common::error::{is_upstream, status_code};
 use squadron_common::version::engine_build;
 use squadron_exec::configured_functions::refresh_configured_functions;
+use squadron_exec::dynamic_filters::with_dynamic_filters;
 use squadron_exec::plan::guard::{check_plan, DataRoots};
 use squadron_exec::plan::{decode_plan, StageBinding, StageReadExec};
 use squadron_exec::squadron_options::{with_squadron_options, RetryPolicy, SquadronOptions};
@@ -219,7 +220,13 @@ impl TaskRunner {
                 (channels, router)
             }
         };
-        let plan = Arc::clone(write.task_plan());
+        // Each task its own dynamic filters: published by its build sides,
+        // held by its scans (`squadron_exec::dynamic_filters`).
+        let plan = with_dynamic_filters(
+            Arc::clone(write.task_plan()),
+            task_ctx.session_config().options(),
+        )
+        .map_err(|e| Error::internal(format!("cannot wire dynamic filters: {e}")))?;
         let partitions = plan.output_partitioning().partition_count();
         tracing::debug!(
             job_id = key.job_id,

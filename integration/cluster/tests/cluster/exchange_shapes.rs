@@ -6,7 +6,8 @@
 //! (join thresholds 0), and sort-merge joins (`prefer_hash_join=false`).
 //! Small batches make every exchange channel fill up, so a consumer that
 //! never reads a channel (an empty build partition) would stall its producer.
-//! Every answer is compared with single-node DataFusion, and every query has
+//! Dynamic filters are on (the default) in each mode, and off in the first
+//! two. Every answer is compared with single-node DataFusion, and every query has
 //! a deadline so a hang fails the test instead of stalling it.
 
 use std::path::Path;
@@ -100,17 +101,29 @@ async fn default_join_modes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_hash_joins() {
-    run_all(&[
-        (
-            "datafusion.optimizer.hash_join_single_partition_threshold",
-            "0",
-        ),
-        (
-            "datafusion.optimizer.hash_join_single_partition_threshold_rows",
-            "0",
-        ),
-    ])
-    .await;
+    run_all(&PARTITIONED).await;
+}
+
+const PARTITIONED: [(&str, &str); 2] = [
+    (
+        "datafusion.optimizer.hash_join_single_partition_threshold",
+        "0",
+    ),
+    (
+        "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+        "0",
+    ),
+];
+const NO_DYNAMIC_FILTERS: (&str, &str) = ("squadron.dynamic_filters", "false");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_join_modes_without_dynamic_filters() {
+    run_all(&[NO_DYNAMIC_FILTERS]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_hash_joins_without_dynamic_filters() {
+    run_all(&[PARTITIONED[0], PARTITIONED[1], NO_DYNAMIC_FILTERS]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

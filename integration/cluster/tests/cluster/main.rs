@@ -9,6 +9,7 @@ mod client_errors;
 mod concurrent_clients;
 mod coordinator_health;
 mod copy_to;
+mod dynamic_filters;
 mod early_start;
 mod exchange_shapes;
 mod fault_tolerant;

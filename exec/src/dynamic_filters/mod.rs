@@ -1,0 +1,200 @@
+//! Dynamic filters in a task: a hash join's build side, once complete,
+//! prunes the scans of its probe side; a TopK's threshold prunes the scan
+//! below it.
+//!
+//! DataFusion wires these itself when a whole plan runs in one process,
+//! but a task runs one partition of its stage's plan, and a hash join
+//! publishes its filter only when every partition of its plan instance
+//! has built: in a task it would wait forever. So the coordinator plans
+//! without them (`planner::context`) and each task, on the worker, gets
+//! its own: DataFusion's filter pushdown places a fresh filter in the
+//! probe side's scans (`FilterPushdown`, post-optimization phase), then
+//! each join's filter is published by a `BuildSideFilterExec` over its
+//! build side instead of by the join.
+//!
+//! Sound because of what one task executes. A join collecting its build
+//! side (CollectLeft: a broadcast, a small table) has all of it in every
+//! task. A partitioned join in a task that executes one of its partitions
+//! sees that partition's build rows, and every probe row computed in the
+//! task flows to that partition or nowhere, so keys absent from it match
+//! nothing the task produces; a partitioned join whose partitions are
+//! merged in the task (below a coalesce or a merge) gets no filter. As in
+//! DataFusion, only joins whose unmatched probe rows are not part of the
+//! answer carry one.
+//!
+//! The filter arrives before the probe side is read: a hash join reads
+//! its probe side only once its build side is collected, and its probe
+//! side is executed (its scans opened) only then (`DeferredExec`). What crosses stages is not covered here: a probe side
+//! scanned in another stage (a partitioned join's shuffle) is not pruned.
+
+mod build_side;
+mod deferred;
+mod keys;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::Result;
+use datafusion::datasource::memory::DataSourceExec;
+use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+
+pub use build_side::{BuildSideFilterExec, FILTERS_PUBLISHED};
+pub use deferred::DeferredExec;
+pub use keys::{BuildKeys, MAX_RANGES};
+
+use crate::squadron_options::SquadronOptions;
+
+/// `task_plan` (executed for one partition) with dynamic filters wired,
+/// when the session's `squadron.dynamic_filters` is on.
+pub fn with_dynamic_filters(
+    task_plan: Arc<dyn ExecutionPlan>,
+    options: &ConfigOptions,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if !SquadronOptions::of(options).dynamic_filters {
+        return Ok(task_plan);
+    }
+    let mut config = options.clone();
+    let optimizer = &mut config.optimizer;
+    optimizer.enable_join_dynamic_filter_pushdown = true;
+    optimizer.enable_topk_dynamic_filter_pushdown = true;
+    // An aggregate's filter (min/max without grouping) is shared by its
+    // partitions in one process; not wired here.
+    optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+    let plan = FilterPushdown::new_post_optimization().optimize(task_plan, &config)?;
+    let single = joins_run_for_one_partition(&plan);
+    // The filters published by a `BuildSideFilterExec`: a join is visited
+    // before the scans below it.
+    let mut published = HashSet::new();
+    plan.transform_down(|node| {
+        if let Some(scan) = without_bloom_filters(&node, &published)? {
+            return Ok(Transformed::yes(scan));
+        }
+        let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        #[allow(deprecated)] // its replacement returns the filter type-erased
+        let Some(filter) = join.dynamic_filter_expr().cloned() else {
+            return Ok(Transformed::no(node));
+        };
+        let id = filter.expression_id();
+        let publishes = (*join.partition_mode() == PartitionMode::CollectLeft
+            || single.contains(&identity(&node)))
+            && id.is_some_and(|id| holds(join.right(), id));
+        let builder = join.builder().reset_state();
+        let rebuilt = if publishes {
+            published.extend(id);
+            let (build_keys, probe_keys) = join.on().iter().cloned().unzip();
+            let observed: Arc<dyn ExecutionPlan> = Arc::new(BuildSideFilterExec::new(
+                Arc::clone(join.left()),
+                build_keys,
+                probe_keys,
+                join.right().schema(),
+                filter,
+            ));
+            let deferred: Arc<dyn ExecutionPlan> =
+                Arc::new(DeferredExec::new(Arc::clone(join.right())));
+            builder
+                .with_new_children(vec![observed, deferred])?
+                .build_exec()?
+        } else {
+            // Without the join's own wait for partitions that never run.
+            builder.build_exec()?
+        };
+        Ok(Transformed::yes(rebuilt))
+    })
+    .map(|t| t.data)
+}
+
+/// `node`, when it is a Parquet scan holding one of the `published`
+/// filters, reading no bloom filters: the reader checks them by evaluating
+/// the whole predicate once per row group, and a filter of many ranges
+/// made that cost more than the scan (TPC-H q20 at SF1: 175 ms of 230),
+/// while ranges are what statistics prune, not bloom filters.
+fn without_bloom_filters(
+    node: &Arc<dyn ExecutionPlan>,
+    published: &HashSet<u64>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(scan) = node.downcast_ref::<DataSourceExec>() else {
+        return Ok(None);
+    };
+    let Some((config, parquet)) = scan.downcast_to_file_source::<ParquetSource>() else {
+        return Ok(None);
+    };
+    let mut holds_published = false;
+    node.apply_expressions(&mut |root| {
+        root.apply(|expr| {
+            holds_published = expr
+                .expression_id()
+                .is_some_and(|id| published.contains(&id));
+            Ok(stop_if(holds_published))
+        })
+    })?;
+    if !holds_published || !parquet.table_parquet_options().global.bloom_filter_on_read {
+        return Ok(None);
+    }
+    let source = parquet.clone().with_bloom_filter_on_read(false);
+    let config = FileScanConfigBuilder::from(config.clone())
+        .with_source(Arc::new(source))
+        .build();
+    Ok(Some(DataSourceExec::from_data_source(config)))
+}
+
+fn stop_if(found: bool) -> TreeNodeRecursion {
+    match found {
+        true => TreeNodeRecursion::Stop,
+        false => TreeNodeRecursion::Continue,
+    }
+}
+
+fn identity(plan: &Arc<dyn ExecutionPlan>) -> *const () {
+    Arc::as_ptr(plan) as *const ()
+}
+
+/// Whether a scan (or other consumer) in `plan` holds the filter `id`:
+/// without one, collecting the build keys would be wasted.
+fn holds(plan: &Arc<dyn ExecutionPlan>, id: u64) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        node.apply_expressions(&mut |root| {
+            root.apply(|expr| {
+                found = expr.expression_id() == Some(id);
+                Ok(stop_if(found))
+            })
+        })?;
+        Ok(stop_if(found))
+    });
+    found
+}
+
+/// The hash joins of `plan` that execute one partition when `plan` does:
+/// no operator above them merges or re-routes partitions.
+fn joins_run_for_one_partition(plan: &Arc<dyn ExecutionPlan>) -> HashSet<*const ()> {
+    fn visit(node: &Arc<dyn ExecutionPlan>, single: bool, found: &mut HashSet<*const ()>) {
+        if single && node.is::<HashJoinExec>() {
+            found.insert(identity(node));
+        }
+        let merges = node.is::<CoalescePartitionsExec>()
+            || node.is::<SortPreservingMergeExec>()
+            || node.is::<RepartitionExec>();
+        let partitions = node.output_partitioning().partition_count();
+        for child in node.children() {
+            let child_partitions = child.output_partitioning().partition_count();
+            let child_single =
+                child_partitions == 1 || (single && !merges && child_partitions == partitions);
+            visit(child, child_single, found);
+        }
+    }
+    let mut found = HashSet::new();
+    visit(plan, true, &mut found);
+    found
+}

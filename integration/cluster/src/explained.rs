@@ -1,0 +1,31 @@
+//! Figures read back from an `EXPLAIN ANALYZE VERBOSE` answer, which lists
+//! every task's operators with their metrics.
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::record_batch::RecordBatch;
+
+/// The rows the scans of files whose path contains `file` read, summed
+/// over every task (`output_rows` of each `DataSourceExec` line); all
+/// scans with an empty `file`.
+pub fn rows_scanned(explained: &[RecordBatch], file: &str) -> u64 {
+    let mut rows = 0;
+    for batch in explained {
+        for column in batch.columns() {
+            let Some(text) = column.as_string_opt::<i32>() else {
+                continue;
+            };
+            for line in text.iter().flatten().flat_map(str::lines) {
+                if !line.contains("DataSourceExec") || !line.contains(file) {
+                    continue;
+                }
+                let metrics = line.split("metrics=[").nth(1).unwrap_or_default();
+                rows += metrics
+                    .split(", ")
+                    .find_map(|m| m.strip_prefix("output_rows="))
+                    .and_then(|n| n.trim_end_matches(']').parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    rows
+}

@@ -1,0 +1,129 @@
+//! A task's hash join, once its build side is complete, prunes the scan of
+//! its probe side, and a TopK prunes the scan below it: fewer rows read,
+//! the same answers with `squadron.dynamic_filters` on and off.
+
+use datafusion::prelude::SessionContext;
+use squadron_cluster_tests::answers::{is_ordered, same_rows};
+use squadron_cluster_tests::explained::rows_scanned;
+use squadron_server::catalog::TableSpec;
+
+use crate::pruned_ranges::write_sorted_file;
+use crate::support::{client, coordinator_with, oracle, oracle_context, query, test_options};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_sides_and_top_k_prune_the_scans_in_their_task() {
+    let dir = tempfile::tempdir().unwrap();
+    // 40,000 rows sorted on k in 20 row groups; five build keys in three
+    // of them.
+    let sorted = dir.path().join("sorted.parquet");
+    write_sorted_file(&sorted).await;
+    let keys = dir.path().join("keys.parquet");
+    SessionContext::new()
+        .sql(&format!(
+            "COPY (SELECT value * 1000 AS key FROM generate_series(1, 5)) TO '{}' \
+             STORED AS PARQUET",
+            keys.display()
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let empty = dir.path().join("empty.parquet");
+    SessionContext::new()
+        .sql(&format!(
+            "COPY (SELECT value AS key FROM generate_series(1, 5) WHERE value > 5) TO '{}' \
+             STORED AS PARQUET",
+            empty.display()
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    // Ascending from row group to row group, descending inside each: not
+    // sorted, so a TopK runs, but each row group's range is its own.
+    let clustered = dir.path().join("clustered.parquet");
+    let ctx = SessionContext::new();
+    for sql in [
+        "SET datafusion.execution.parquet.max_row_group_size = 2000".to_string(),
+        format!(
+            "COPY (SELECT (value - 1) / 2000 * 2000 + 2000 - (value - 1) % 2000 AS c, value AS k \
+             FROM generate_series(1, 40000)) TO '{}' STORED AS PARQUET",
+            clustered.display()
+        ),
+    ] {
+        ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    }
+    let tables: Vec<TableSpec> = [
+        ("sorted", &sorted),
+        ("keys", &keys),
+        ("empty", &empty),
+        ("clustered", &clustered),
+    ]
+    .iter()
+    .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
+    .collect();
+    let mut options = test_options(vec![], tables.clone());
+    options.coordinator_scan_limit = 0;
+    options.settings = vec![(
+        "datafusion.optimizer.repartition_file_min_size".into(),
+        "0".into(),
+    )];
+    let server = coordinator_with(options).await;
+    let ctx = oracle_context(&tables).await;
+    let mut on = client(&server).await;
+    let mut off = client(&server).await;
+    query(&mut off, "SET squadron.dynamic_filters = false")
+        .await
+        .unwrap();
+
+    // Each query with the most rows its scans may read with dynamic
+    // filters; without, they read the whole file (but for the empty build
+    // side, whose join never reads its probe side).
+    for (sql, most_with_filters) in [
+        // A broadcast build side of five keys, in three of the twenty row
+        // groups (each task reads a quarter of the file).
+        (
+            "SELECT count(*), sum(v) FROM sorted JOIN keys ON k = key",
+            3 * 2_000,
+        ),
+        (
+            "SELECT k, name FROM sorted WHERE k IN (SELECT key FROM keys) ORDER BY k",
+            3 * 2_000,
+        ),
+        // An empty build side: nothing of the probe side.
+        ("SELECT count(*) FROM sorted JOIN empty ON k = key", 0),
+        // The TopK's threshold, once its heap is full, prunes the rest: a
+        // row group or two per task (the reader has the next in flight
+        // when the threshold arrives).
+        ("SELECT c, k FROM clustered ORDER BY c LIMIT 5", 8 * 2_000),
+    ] {
+        let expected = oracle(&ctx, sql).await;
+        for client in [&mut on, &mut off] {
+            let actual = query(client, sql).await.unwrap();
+            same_rows(&actual, &expected, is_ordered(sql))
+                .unwrap_or_else(|diff| panic!("{sql}: {diff}"));
+        }
+        let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
+        let table = if sql.contains("clustered") {
+            "clustered.parquet"
+        } else {
+            "sorted.parquet"
+        };
+        let with = rows_scanned(&query(&mut on, &explain).await.unwrap(), table);
+        let without = rows_scanned(&query(&mut off, &explain).await.unwrap(), table);
+        assert!(
+            with <= most_with_filters,
+            "{sql}: {with} rows scanned with dynamic filters"
+        );
+        assert!(
+            without == 40_000 || most_with_filters == 0,
+            "{sql}: {without} rows scanned without"
+        );
+    }
+    for w in squadron_cluster_tests::workers(&server) {
+        assert!(w.tasks.is_empty());
+    }
+    server.shutdown().await.unwrap();
+}
