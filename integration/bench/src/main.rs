@@ -11,6 +11,7 @@
 //! Prints a table per suite and optionally writes every figure as JSON.
 
 mod cluster;
+mod duckdb;
 mod flight;
 mod micro;
 mod stats;
@@ -81,6 +82,16 @@ struct Args {
     /// Also write every figure to this JSON file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also run each TPC-H query on DuckDB, interleaved, over the same
+    /// files: the path of a Python that has the `duckdb` package
+    /// (`integration/bench/requirements.txt`).
+    #[arg(long, value_name = "PYTHON")]
+    duckdb: Option<PathBuf>,
+    /// Also run each TPC-H query with `squadron.dynamic_filters` off, in a
+    /// session of its own, interleaved, and count the rows every scan read
+    /// either way (one EXPLAIN ANALYZE each, outside the timings).
+    #[arg(long)]
+    dynamic_filters_ab: bool,
     /// Run the cluster secured: client TLS with a password login, mutual
     /// TLS between coordinator and workers (certificates made for the run).
     #[arg(long)]
@@ -146,6 +157,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let point = ShortQuery::PointLookup {
         customers: (150_000.0 * args.scale).max(1.0) as u64,
     };
+    let lineitem_lookup = ShortQuery::LineitemLookup {
+        orders: (1_500_000.0 * args.scale).max(1.0) as u64,
+    };
 
     // In-process single-node DataFusion over the same files, interleaved
     // with Squadron in the latency and stream suites.
@@ -160,7 +174,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
              in-process DataFusion interleaved)"
         );
         let mut figures = vec![];
-        for query in [ShortQuery::SelectOne, point] {
+        for query in [ShortQuery::SelectOne, point, lineitem_lookup] {
             figures.push(
                 micro::latency(
                     &mut client,
@@ -176,16 +190,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // the cost of distributing a lookup.
         let mut on_workers = cluster.client().await?;
         flight::collect(&mut on_workers, "SET squadron.coordinator_scan_limit = 0").await?;
-        figures.push(
-            micro::latency(
-                &mut on_workers,
-                &local,
-                &cluster.pids(),
-                point,
-                args.latency_runs,
-            )
-            .await?,
-        );
+        for query in [point, lineitem_lookup] {
+            figures.push(
+                micro::latency(
+                    &mut on_workers,
+                    &local,
+                    &cluster.pids(),
+                    query,
+                    args.latency_runs,
+                )
+                .await?,
+            );
+        }
         results.insert("latency".into(), Value::Array(figures));
     }
     if wants("concurrency") {
@@ -223,7 +239,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
             iterations: args.iterations,
             partitions,
         };
-        results.insert("tpch".into(), run.run(&mut client).await?);
+        let mut duckdb = match &args.duckdb {
+            Some(python) => Some(duckdb::DuckDb::start(python, &tables)?),
+            None => None,
+        };
+        let mut without_filters = match args.dynamic_filters_ab {
+            true => Some(cluster.client().await?),
+            false => None,
+        };
+        let others = tpch::Others {
+            duckdb: duckdb.as_mut(),
+            without_filters: without_filters.as_mut(),
+        };
+        results.insert("tpch".into(), run.run(&mut client, others).await?);
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&Value::Object(results))?)?;
