@@ -16,11 +16,11 @@ use std::task::{ready, Context, Poll};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{internal_err, Result};
+use datafusion::common::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
@@ -31,6 +31,7 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 
 use super::keys::BuildKeys;
+use crate::plan::node_children::{one_input, recomputed};
 
 /// Publishes `filter` from the build keys `build_keys` seen in its input.
 #[derive(Debug)]
@@ -113,9 +114,7 @@ impl ExecutionPlan for BuildSideFilterExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Ok([input]) = <[Arc<dyn ExecutionPlan>; 1]>::try_from(children) else {
-            return internal_err!("BuildSideFilterExec has one input");
-        };
+        let input = one_input(children, "BuildSideFilterExec")?;
         Ok(Arc::new(Self::new(
             input,
             self.build_keys.clone(),
@@ -129,10 +128,7 @@ impl ExecutionPlan for BuildSideFilterExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        recomputed(self, children)
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {

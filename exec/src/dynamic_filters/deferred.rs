@@ -15,15 +15,17 @@ use std::task::{Context, Poll};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{internal_err, Result};
+use datafusion::common::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, RecordBatchStream,
     SendableRecordBatchStream,
 };
 use futures::{Stream, StreamExt};
+
+use crate::plan::node_children::{one_input, recomputed};
 
 /// `input`, executed on the first poll of its stream.
 #[derive(Debug)]
@@ -68,9 +70,7 @@ impl ExecutionPlan for DeferredExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Ok([input]) = <[Arc<dyn ExecutionPlan>; 1]>::try_from(children) else {
-            return internal_err!("DeferredExec has one input");
-        };
+        let input = one_input(children, "DeferredExec")?;
         Ok(Arc::new(Self::new(input)))
     }
 
@@ -78,10 +78,7 @@ impl ExecutionPlan for DeferredExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        recomputed(self, children)
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {

@@ -4,6 +4,7 @@ pub mod codec;
 pub mod file_bounds;
 mod float16_literals;
 pub mod guard;
+pub mod node_children;
 mod plain_strings;
 mod recursive;
 pub mod stage_read;

@@ -19,7 +19,7 @@ use datafusion::physical_expr::{
     AcrossPartitions, ConstExpr, EquivalenceProperties, Partitioning, PhysicalExpr,
 };
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+    Boundedness, EmissionType, ReplaceChildrenOptions,
 };
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
@@ -32,6 +32,7 @@ use futures::StreamExt;
 use squadron_proto::v1::ReadMode;
 use squadron_proto::StreamKey;
 
+use super::node_children::recomputed;
 use crate::stream::manager::REGISTRATION_WAIT;
 use crate::stream::{PendingStream, StreamManager};
 use squadron_common::error::upstream_error;
@@ -332,10 +333,7 @@ impl ExecutionPlan for StageReadExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        recomputed(self, children)
     }
 
     fn execute(

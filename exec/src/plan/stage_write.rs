@@ -14,8 +14,10 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::repartition::RepartitionExec;
+
+use super::node_children::{one_input, recomputed};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
@@ -118,9 +120,7 @@ impl ExecutionPlan for StageWriteExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Ok([input]) = <[Arc<dyn ExecutionPlan>; 1]>::try_from(children) else {
-            return internal_err!("StageWriteExec has one input");
-        };
+        let input = one_input(children, "StageWriteExec")?;
         Ok(Arc::new(Self::try_new(input, self.output)?))
     }
 
@@ -128,10 +128,7 @@ impl ExecutionPlan for StageWriteExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        recomputed(self, children)
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {

@@ -17,19 +17,21 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{internal_err, DataFusionError, Result};
+use datafusion::common::{internal_err, Result};
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+    Boundedness, EmissionType, ReplaceChildrenOptions,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
     SendableRecordBatchStream,
 };
+
+use crate::plan::node_children::{one_input, recomputed};
 
 #[derive(Debug)]
 pub struct SinkWriteExec {
@@ -118,9 +120,7 @@ impl ExecutionPlan for SinkWriteExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [input] = children
-            .try_into()
-            .map_err(|_| DataFusionError::Internal("SinkWriteExec has one input".to_string()))?;
+        let input = one_input(children, "SinkWriteExec")?;
         Ok(Arc::new(Self::from_holder(
             Arc::clone(&self.holder),
             input,
@@ -131,10 +131,7 @@ impl ExecutionPlan for SinkWriteExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        recomputed(self, children)
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {

@@ -27,7 +27,7 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+    Boundedness, EmissionType, ReplaceChildrenOptions,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -39,6 +39,7 @@ use futures::{Stream, StreamExt};
 use super::part_file::{PartFile, PartTarget};
 use super::table_rows::{as_table_rows, StoredFormat};
 use super::written::{written_batch, written_schema, Written};
+use crate::plan::node_children::{one_input, recomputed};
 
 /// A part file is closed and another started past this size, so no file
 /// grows without bound and readers can split a large table's files.
@@ -168,9 +169,7 @@ impl ExecutionPlan for TableWriteExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [input] = children
-            .try_into()
-            .map_err(|_| DataFusionError::Internal("TableWriteExec has one input".to_string()))?;
+        let input = one_input(children, "TableWriteExec")?;
         Ok(Arc::new(Self {
             attempt: self.attempt,
             ..Self::new(input, self.target.clone())
@@ -181,10 +180,7 @@ impl ExecutionPlan for TableWriteExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
+        recomputed(self, children)
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
