@@ -20,13 +20,19 @@ use datafusion::arrow::datatypes::{DataType, Int64Type, Schema};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
 use datafusion::logical_expr::{Accumulator, Operator};
-use datafusion::physical_expr::expressions::{lit, BinaryExpr};
+use datafusion::physical_expr::expressions::{lit, BinaryExpr, InListExpr};
 use datafusion::physical_expr::PhysicalExpr;
 
 /// Most ranges one key's filter is made of. Each is two comparisons per
 /// row group or page checked, never per row (scans use the filter for
 /// pruning), so this is cheap; more ranges fit sparse build keys closer.
 pub const MAX_RANGES: usize = 32;
+
+/// Most distinct build values of one key listed in the filter itself
+/// (`key IN (…)`, a hash set per row): scans prune by the ranges only, but
+/// a filter over rows read from another stage (`stage_reads`) drops every
+/// row whose key is not listed.
+pub const MAX_LISTED: usize = 4096;
 
 /// Most distinct integer values of one key kept to place the ranges; past
 /// it the key is filtered by its overall range only. Bounds the memory and
@@ -65,14 +71,15 @@ impl KeyValues {
         Ok(())
     }
 
-    /// The probe rows of `probe_key` (of type `data_type`) that may match:
+    /// The probe rows of `probe_key` (over `probe_schema`) that may match:
     /// `None` when no build row has a non-null value for this key, so
     /// nothing matches.
     fn filter(
         &mut self,
         probe_key: &Arc<dyn PhysicalExpr>,
-        data_type: &DataType,
+        probe_schema: &Schema,
     ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        let data_type = &probe_key.data_type(probe_schema)?;
         let (min, max) = (self.min.evaluate()?, self.max.evaluate()?);
         if min.is_null() || max.is_null() {
             return Ok(None);
@@ -88,11 +95,22 @@ impl KeyValues {
                 .collect::<Result<Vec<_>>>()?,
             None => vec![(min.cast_to(data_type)?, max.cast_to(data_type)?)],
         };
-        let filter = ranges
+        let Some(ranges) = ranges
             .into_iter()
             .map(|(low, high)| within(probe_key, low, high))
-            .reduce(|a, b| binary(a, Operator::Or, b));
-        Ok(filter)
+            .reduce(|a, b| binary(a, Operator::Or, b))
+        else {
+            return Ok(None);
+        };
+        let listed = match &self.distinct {
+            Some(distinct) if distinct.len() <= MAX_LISTED => distinct
+                .iter()
+                .map(|v| Ok(lit(ScalarValue::Int64(Some(*v)).cast_to(data_type)?)))
+                .collect::<Result<Vec<_>>>()?,
+            _ => return Ok(Some(ranges)),
+        };
+        let listed = InListExpr::try_new(Arc::clone(probe_key), listed, false, probe_schema)?;
+        Ok(Some(binary(ranges, Operator::And, Arc::new(listed))))
     }
 }
 
@@ -137,8 +155,7 @@ impl BuildKeys {
     ) -> Result<Arc<dyn PhysicalExpr>> {
         let mut conjuncts = vec![];
         for (key, probe_key) in self.keys.iter_mut().zip(probe_keys) {
-            let data_type = probe_key.data_type(probe_schema)?;
-            match key.filter(probe_key, &data_type)? {
+            match key.filter(probe_key, probe_schema)? {
                 Some(filter) => conjuncts.push(filter),
                 None => return Ok(lit(false)),
             }

@@ -22,6 +22,12 @@
 //! DataFusion, only joins whose unmatched probe rows are not part of the
 //! answer carry one.
 //!
+//! Where the probe key comes from another stage (a shuffle read, or the
+//! build side of an inner join below whose inputs are shuffle reads), the
+//! filter follows it there and a `FilterExec` over each stage read drops
+//! the rows it rules out (`stage_reads`): for that the filter also lists
+//! the build keys when there are at most 4,096 (`key IN (…)`).
+//!
 //! The filter arrives before the probe side is read: a hash join reads
 //! its probe side only once its build side is collected, and its probe
 //! side is executed (its scans opened) only then (`DeferredExec`). What crosses stages is not covered here: a probe side
@@ -30,15 +36,17 @@
 mod build_side;
 mod deferred;
 mod keys;
+mod stage_reads;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::Result;
+use datafusion::common::{NullEquality, Result};
 use datafusion::datasource::memory::DataSourceExec;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::physical_expr::expressions::{lit, Column, DynamicFilterPhysicalExpr};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -50,7 +58,8 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 pub use build_side::{BuildSideFilterExec, FILTERS_PUBLISHED};
 pub use deferred::DeferredExec;
-pub use keys::{BuildKeys, MAX_RANGES};
+pub use keys::{BuildKeys, MAX_LISTED, MAX_RANGES};
+use stage_reads::filter_stage_reads;
 
 use crate::squadron_options::SquadronOptions;
 
@@ -83,33 +92,60 @@ pub fn with_dynamic_filters(
             return Ok(Transformed::no(node));
         };
         #[allow(deprecated)] // its replacement returns the filter type-erased
-        let Some(filter) = join.dynamic_filter_expr().cloned() else {
-            return Ok(Transformed::no(node));
-        };
-        let id = filter.expression_id();
-        let publishes = (*join.partition_mode() == PartitionMode::CollectLeft
-            || single.contains(&identity(&node)))
-            && id.is_some_and(|id| holds(join.right(), id));
-        let builder = join.builder().reset_state();
-        let rebuilt = if publishes {
-            published.extend(id);
-            let (build_keys, probe_keys) = join.on().iter().cloned().unzip();
-            let observed: Arc<dyn ExecutionPlan> = Arc::new(BuildSideFilterExec::new(
-                Arc::clone(join.left()),
-                build_keys,
-                probe_keys,
-                join.right().schema(),
-                filter,
-            ));
-            let deferred: Arc<dyn ExecutionPlan> =
-                Arc::new(DeferredExec::new(Arc::clone(join.right())));
-            builder
-                .with_new_children(vec![observed, deferred])?
-                .build_exec()?
-        } else {
+        let placed = join.dynamic_filter_expr().cloned();
+        let sound = filters_soundly(join)
+            && (*join.partition_mode() == PartitionMode::CollectLeft
+                || single.contains(&identity(&node)));
+        if !sound {
             // Without the join's own wait for partitions that never run.
-            builder.build_exec()?
+            return match placed {
+                Some(_) => Ok(Transformed::yes(join.builder().reset_state().build_exec()?)),
+                None => Ok(Transformed::no(node)),
+            };
+        }
+        // DataFusion places none where the probe key comes from a stage
+        // read (it wants hash-partitioned inputs it can see).
+        let filter = placed.clone().unwrap_or_else(|| {
+            let probe_keys = join
+                .on()
+                .iter()
+                .map(|(_, probe)| Arc::clone(probe))
+                .collect();
+            Arc::new(DynamicFilterPhysicalExpr::new(probe_keys, lit(true)))
+        });
+        let id = filter.expression_id();
+        let scanned = placed.is_some() && id.is_some_and(|id| holds(join.right(), id));
+        let read = match join.on() {
+            [(_, probe_key)] => match probe_key.downcast_ref::<Column>() {
+                Some(key) => filter_stage_reads(join.right(), key.index(), &filter)?,
+                None => None,
+            },
+            _ => None,
         };
+        if !scanned && read.is_none() {
+            return match placed {
+                Some(_) => Ok(Transformed::yes(join.builder().reset_state().build_exec()?)),
+                None => Ok(Transformed::no(node)),
+            };
+        }
+        published.extend(id);
+        let (build_keys, probe_keys) = join.on().iter().cloned().unzip();
+        let observed: Arc<dyn ExecutionPlan> = Arc::new(BuildSideFilterExec::new(
+            Arc::clone(join.left()),
+            build_keys,
+            probe_keys,
+            join.right().schema(),
+            filter,
+        ));
+        let mut probe = read.unwrap_or_else(|| Arc::clone(join.right()));
+        if scanned {
+            probe = Arc::new(DeferredExec::new(probe));
+        }
+        let rebuilt = join
+            .builder()
+            .reset_state()
+            .with_new_children(vec![observed, probe])?
+            .build_exec()?;
         Ok(Transformed::yes(rebuilt))
     })
     .map(|t| t.data)
@@ -154,6 +190,19 @@ fn stop_if(found: bool) -> TreeNodeRecursion {
         true => TreeNodeRecursion::Stop,
         false => TreeNodeRecursion::Continue,
     }
+}
+
+/// Whether dropping the probe rows whose keys no build row holds leaves
+/// the join's answer as it is: unmatched probe rows are not part of it
+/// (inner, semi and anti joins on the build side, left joins), keys equal
+/// only when neither is NULL (a `IS NOT DISTINCT FROM` join matches NULL
+/// keys, which the filter drops), and not a null-aware anti join (whose
+/// answer changes with whether the probe side is empty).
+fn filters_soundly(join: &HashJoinExec) -> bool {
+    // "Preserved" for ON-clause pushdown: a filter on the probe side may go
+    // below the join (DataFusion's own condition for these filters).
+    let (_, probe_preserved) = join.join_type().on_lr_is_preserved();
+    probe_preserved && join.null_equality() == NullEquality::NullEqualsNothing && !join.null_aware
 }
 
 fn identity(plan: &Arc<dyn ExecutionPlan>) -> *const () {

@@ -8,6 +8,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 /// over every task (`output_rows` of each `DataSourceExec` line); all
 /// scans with an empty `file`.
 pub fn rows_scanned(explained: &[RecordBatch], file: &str) -> u64 {
+    rows_out(explained, &["DataSourceExec", file])
+}
+
+/// The rows the operators whose line contains every one of `texts`
+/// produced, summed over every task.
+pub fn rows_out(explained: &[RecordBatch], texts: &[&str]) -> u64 {
     let mut rows = 0;
     for batch in explained {
         for column in batch.columns() {
@@ -15,7 +21,7 @@ pub fn rows_scanned(explained: &[RecordBatch], file: &str) -> u64 {
                 continue;
             };
             for line in text.iter().flatten().flat_map(str::lines) {
-                if !line.contains("DataSourceExec") || !line.contains(file) {
+                if !texts.iter().all(|t| line.contains(t)) {
                     continue;
                 }
                 let metrics = line.split("metrics=[").nth(1).unwrap_or_default();

@@ -4,7 +4,7 @@
 
 use datafusion::prelude::SessionContext;
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
-use squadron_cluster_tests::explained::rows_scanned;
+use squadron_cluster_tests::explained::{rows_out, rows_scanned};
 use squadron_server::catalog::TableSpec;
 
 use crate::pruned_ranges::write_sorted_file;
@@ -125,5 +125,66 @@ async fn build_sides_and_top_k_prune_the_scans_in_their_task() {
     for w in squadron_cluster_tests::workers(&server) {
         assert!(w.tasks.is_empty());
     }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let sorted = dir.path().join("sorted.parquet");
+    write_sorted_file(&sorted).await;
+    let keys = dir.path().join("keys.parquet");
+    SessionContext::new()
+        .sql(&format!(
+            "COPY (SELECT value * 1000 AS key FROM generate_series(1, 5)) TO '{}' \
+             STORED AS PARQUET",
+            keys.display()
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let tables: Vec<TableSpec> = [("sorted", &sorted), ("keys", &keys)]
+        .iter()
+        .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
+        .collect();
+    let mut options = test_options(vec![], tables.clone());
+    options.coordinator_scan_limit = 0;
+    // Every join partitioned: both inputs of each arrive by shuffle, as
+    // TPC-H q18's do at SF10.
+    options.settings = [
+        "datafusion.optimizer.hash_join_single_partition_threshold",
+        "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), "0".to_string()))
+    .collect();
+    let server = coordinator_with(options).await;
+    let ctx = oracle_context(&tables).await;
+    let mut on = client(&server).await;
+    let mut off = client(&server).await;
+    query(&mut off, "SET squadron.dynamic_filters = false")
+        .await
+        .unwrap();
+
+    // The semi join's build side (five keys) filters both shuffled inputs
+    // of the inner join it probes: 40,000 rows each arrive, ten pass.
+    let sql = "SELECT count(*), sum(a.v + b.v) FROM sorted a JOIN sorted b ON a.k = b.k \
+               WHERE a.k IN (SELECT key FROM keys)";
+    let expected = oracle(&ctx, sql).await;
+    for client in [&mut on, &mut off] {
+        let actual = query(client, sql).await.unwrap();
+        same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{diff}"));
+    }
+    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
+    let explained = query(&mut on, &explain).await.unwrap();
+    let passed = rows_out(&explained, &["FilterExec: DynamicFilter"]);
+    assert!(
+        (1..=10).contains(&passed),
+        "{passed} shuffled rows passed the filter"
+    );
+    let explained = query(&mut off, &explain).await.unwrap();
+    assert_eq!(rows_out(&explained, &["FilterExec: DynamicFilter"]), 0);
     server.shutdown().await.unwrap();
 }
