@@ -2,13 +2,38 @@
 //! its probe side, and a TopK prunes the scan below it: fewer rows read,
 //! the same answers with `squadron.dynamic_filters` on and off.
 
+use arrow_flight::sql::client::FlightSqlServiceClient;
 use datafusion::prelude::SessionContext;
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
 use squadron_cluster_tests::explained::{rows_out, rows_scanned};
 use squadron_server::catalog::TableSpec;
+use squadron_server::RunningServer;
+use tonic::transport::Channel;
 
 use crate::pruned_ranges::write_sorted_file;
 use crate::support::{client, coordinator_with, oracle, oracle_context, query, test_options};
+
+/// `select`'s rows written to `path` as Parquet.
+async fn write_parquet(path: &std::path::Path, select: &str) {
+    let sql = format!("COPY ({select}) TO '{}' STORED AS PARQUET", path.display());
+    let ctx = SessionContext::new();
+    ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+}
+
+/// Two sessions of `server`: dynamic filters on (the default), and off.
+async fn on_and_off(
+    server: &RunningServer,
+) -> (
+    FlightSqlServiceClient<Channel>,
+    FlightSqlServiceClient<Channel>,
+) {
+    let on = client(server).await;
+    let mut off = client(server).await;
+    query(&mut off, "SET squadron.dynamic_filters = false")
+        .await
+        .unwrap();
+    (on, off)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_sides_and_top_k_prune_the_scans_in_their_task() {
@@ -18,29 +43,17 @@ async fn build_sides_and_top_k_prune_the_scans_in_their_task() {
     let sorted = dir.path().join("sorted.parquet");
     write_sorted_file(&sorted).await;
     let keys = dir.path().join("keys.parquet");
-    SessionContext::new()
-        .sql(&format!(
-            "COPY (SELECT value * 1000 AS key FROM generate_series(1, 5)) TO '{}' \
-             STORED AS PARQUET",
-            keys.display()
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    write_parquet(
+        &keys,
+        "SELECT value * 1000 AS key FROM generate_series(1, 5)",
+    )
+    .await;
     let empty = dir.path().join("empty.parquet");
-    SessionContext::new()
-        .sql(&format!(
-            "COPY (SELECT value AS key FROM generate_series(1, 5) WHERE value > 5) TO '{}' \
-             STORED AS PARQUET",
-            empty.display()
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    write_parquet(
+        &empty,
+        "SELECT value AS key FROM generate_series(1, 5) WHERE value > 5",
+    )
+    .await;
     // Ascending from row group to row group, descending inside each: not
     // sorted, so a TopK runs, but each row group's range is its own.
     let clustered = dir.path().join("clustered.parquet");
@@ -72,11 +85,7 @@ async fn build_sides_and_top_k_prune_the_scans_in_their_task() {
     )];
     let server = coordinator_with(options).await;
     let ctx = oracle_context(&tables).await;
-    let mut on = client(&server).await;
-    let mut off = client(&server).await;
-    query(&mut off, "SET squadron.dynamic_filters = false")
-        .await
-        .unwrap();
+    let (mut on, mut off) = on_and_off(&server).await;
 
     // Each query with the most rows its scans may read with dynamic
     // filters; without, they read the whole file (but for the empty build
@@ -134,17 +143,11 @@ async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below()
     let sorted = dir.path().join("sorted.parquet");
     write_sorted_file(&sorted).await;
     let keys = dir.path().join("keys.parquet");
-    SessionContext::new()
-        .sql(&format!(
-            "COPY (SELECT value * 1000 AS key FROM generate_series(1, 5)) TO '{}' \
-             STORED AS PARQUET",
-            keys.display()
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    write_parquet(
+        &keys,
+        "SELECT value * 1000 AS key FROM generate_series(1, 5)",
+    )
+    .await;
     let tables: Vec<TableSpec> = [("sorted", &sorted), ("keys", &keys)]
         .iter()
         .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
@@ -162,11 +165,7 @@ async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below()
     .collect();
     let server = coordinator_with(options).await;
     let ctx = oracle_context(&tables).await;
-    let mut on = client(&server).await;
-    let mut off = client(&server).await;
-    query(&mut off, "SET squadron.dynamic_filters = false")
-        .await
-        .unwrap();
+    let (mut on, mut off) = on_and_off(&server).await;
 
     // The semi join's build side (five keys) filters both shuffled inputs
     // of the inner join it probes: 40,000 rows each arrive, ten pass.
