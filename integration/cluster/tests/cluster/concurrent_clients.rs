@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    assert_workers_idle, client, coordinator_with, oracle, oracle_context, query, test_options,
-    tpch_data, tpch_query,
+    assert_no_running_jobs, assert_workers_idle, client, coordinator_with, oracle, oracle_context,
+    query, test_options, tpch_data, tpch_query,
 };
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
 use tonic::Code;
@@ -67,5 +67,5 @@ async fn thirty_two_concurrent_clients_get_answers_or_admission_errors() {
     eprintln!("32 clients for 8s: {ok} answers, {refused} admission refusals");
     assert!(ok > 32, "answers were served: {ok}");
     assert_workers_idle(&server, Duration::from_secs(30), "the load").await;
-    assert_eq!(server.coordinator.running_jobs(), 0);
+    assert_no_running_jobs(&server, Duration::from_secs(10)).await;
 }

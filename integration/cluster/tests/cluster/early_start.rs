@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    assert_workers_idle, cancel_flight_info, coordinator, coordinator_with, oracle, oracle_context,
-    test_options, tpch_data,
+    assert_no_running_jobs, assert_workers_idle, cancel_flight_info, coordinator, coordinator_with,
+    oracle, oracle_context, test_options, tpch_data,
 };
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::flight_service_client::FlightServiceClient;
@@ -118,7 +118,7 @@ async fn a_started_statement_nobody_fetches_stops_when_cancelled() {
         CancelStatus::Cancelled
     );
     assert_workers_idle(&server, Duration::from_secs(10), "cancelling before DoGet").await;
-    assert_eq!(server.coordinator.running_jobs(), 0);
+    assert_no_running_jobs(&server, Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -193,6 +193,20 @@ pub async fn assert_workers_idle(server: &RunningServer, within: std::time::Dura
     }
 }
 
+/// Waits until the coordinator has no running job: a job ends on the
+/// coordinator a little after its tasks stop on the workers.
+pub async fn assert_no_running_jobs(server: &RunningServer, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while server.coordinator.running_jobs() != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} jobs still running",
+            server.coordinator.running_jobs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 pub async fn client(server: &RunningServer) -> FlightSqlServiceClient<Channel> {
     let channel = Channel::from_shared(format!("http://{}", server.addr))
         .unwrap()
