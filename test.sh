@@ -31,7 +31,10 @@ echo "== DataFusion's sqllogictest corpus, CI subset: single-node vs Squadron"
 # The binary the build above made: `cargo run -p squadron-sqllogictest`
 # resolves features for that package alone and spent five minutes
 # compiling it again.
-"${CARGO_TARGET_DIR:-target}/debug/squadron-slt" --subset ci --check
+# Both join modes, each with the tasks' dynamic filters on (the default)
+# and off.
+"${CARGO_TARGET_DIR:-target}/debug/squadron-slt" --subset ci --check \
+    --modes default,partitioned,default-no-filters,partitioned-no-filters
 
 echo "== python client tests"
 venv=integration/.venv

@@ -11,7 +11,7 @@ use squadron_server::{start, RunningServer, ServerOptions};
 
 use crate::engines::PARTITIONS;
 
-/// How the coordinator plans joins.
+/// How the coordinator plans joins, and whether tasks use dynamic filters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// The shipped settings: small build sides are broadcast.
@@ -19,19 +19,27 @@ pub enum Mode {
     /// No broadcast joins: every equi-join's inputs are hash-partitioned
     /// across tasks, so the exchange carries both sides.
     Partitioned,
+    /// The shipped settings with `squadron.dynamic_filters` off.
+    DefaultNoFilters,
+    /// Partitioned joins with `squadron.dynamic_filters` off.
+    PartitionedNoFilters,
 }
 
 impl Mode {
     fn settings(self) -> Vec<(String, String)> {
+        let partitioned = [
+            "datafusion.optimizer.hash_join_single_partition_threshold",
+            "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+        ]
+        .iter()
+        .map(|key| (key.to_string(), "0".to_string()));
+        let no_filters =
+            std::iter::once(("squadron.dynamic_filters".to_string(), "false".to_string()));
         match self {
             Mode::Default => vec![],
-            Mode::Partitioned => [
-                "datafusion.optimizer.hash_join_single_partition_threshold",
-                "datafusion.optimizer.hash_join_single_partition_threshold_rows",
-            ]
-            .iter()
-            .map(|key| (key.to_string(), "0".to_string()))
-            .collect(),
+            Mode::Partitioned => partitioned.collect(),
+            Mode::DefaultNoFilters => no_filters.collect(),
+            Mode::PartitionedNoFilters => partitioned.chain(no_filters).collect(),
         }
     }
 
@@ -39,6 +47,8 @@ impl Mode {
         match self {
             Mode::Default => "default",
             Mode::Partitioned => "partitioned joins",
+            Mode::DefaultNoFilters => "default, no dynamic filters",
+            Mode::PartitionedNoFilters => "partitioned joins, no dynamic filters",
         }
     }
 }
