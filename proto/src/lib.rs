@@ -9,4 +9,7 @@ mod ticket;
 mod version;
 
 pub use ticket::StreamKey;
+
+/// The Flight action type of a `v1::StreamFilter`.
+pub const FILTER_STREAM_ACTION: &str = "squadron.filter_stream";
 pub use version::PROTOCOL_VERSION;

@@ -136,10 +136,11 @@ fn stage_totals(text: &mut String, metrics: &[&TaskMetrics]) {
         .unwrap_or(0);
     let _ = writeln!(
         text,
-        "  output_rows={}, output_batches={}, output_bytes={}, input_rows={}{}, \
+        "  output_rows={}{}, output_batches={}, output_bytes={}, input_rows={}{}, \
          input_bytes={}, compute={}, spilled_bytes={}, peak_memory_bytes={} (largest task), \
          elapsed={}",
         sum(|m| m.output_rows),
+        filtered(sum(|m| m.output_rows_filtered)),
         sum(|m| m.output_batches),
         sum(|m| m.output_bytes),
         sum(|m| m.input_rows),
@@ -160,6 +161,14 @@ fn stage_totals(text: &mut String, metrics: &[&TaskMetrics]) {
     );
 }
 
+/// The rows consumers' filters kept from being sent, when any.
+fn filtered(rows: u64) -> String {
+    match rows {
+        0 => String::new(),
+        rows => format!(" ({rows} dropped by consumers' filters)"),
+    }
+}
+
 fn task_line(text: &mut String, run: &TaskRun, started: u64) {
     let _ = write!(
         text,
@@ -169,9 +178,10 @@ fn task_line(text: &mut String, run: &TaskRun, started: u64) {
     if let Some(m) = &run.metrics {
         let _ = write!(
             text,
-            ", output_rows={}, output_bytes={}, input_rows={}, input_bytes={}, compute={}, \
+            ", output_rows={}{}, output_bytes={}, input_rows={}, input_bytes={}, compute={}, \
              spilled_bytes={}, peak_memory_bytes={}, start=+{}, end=+{}",
             m.output_rows,
+            filtered(m.output_rows_filtered),
             m.output_bytes,
             m.input_rows,
             m.input_bytes,

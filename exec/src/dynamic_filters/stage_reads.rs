@@ -11,17 +11,22 @@
 //! the key is one of its join keys: its output keeps only rows where they
 //! are equal) down to the stage reads, and a `FilterExec` over each read
 //! drops the rows whose key the build side does not hold. Rows read before
-//! the filter is published pass (the filter is `true` until then).
+//! the filter is published pass (the filter is `true` until then). The
+//! read also sends the filter to the tasks producing its streams, which
+//! then stop sending those rows (`plan::producer_filter`).
 
 use std::sync::Arc;
 
 use datafusion::common::{JoinType, Result};
 use datafusion::physical_expr::expressions::{Column, DynamicFilterPhysicalExpr};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{replace_children_if_necessary, ExecutionPlan};
 
 use crate::plan::StageReadExec;
@@ -34,17 +39,25 @@ pub fn filter_stage_reads(
     key: usize,
     filter: &Arc<DynamicFilterPhysicalExpr>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    if plan.is::<StageReadExec>() {
+    if let Some(read) = plan.downcast_ref::<StageReadExec>() {
         let field = plan.schema().field(key).name().clone();
         let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&field, key));
         let predicate = Arc::clone(filter).with_new_children(vec![column])?;
-        return Ok(Some(Arc::new(FilterExec::try_new(
-            predicate,
-            Arc::clone(plan),
-        )?)));
+        let read = Arc::new(read.with_producer_filter(Arc::clone(&predicate)));
+        return Ok(Some(Arc::new(FilterExec::try_new(predicate, read)?)));
     }
+    // Nodes that pass every input row on unchanged, in the same columns.
     // (CoalesceBatchesExec, deprecated in DataFusion, by name.)
-    if plan.name() == "CoalesceBatchesExec" || plan.is::<CooperativeExec>() {
+    let passes_rows = plan.name() == "CoalesceBatchesExec"
+        || plan.is::<CooperativeExec>()
+        || plan.is::<RepartitionExec>()
+        || plan
+            .downcast_ref::<SortExec>()
+            .is_some_and(|sort| sort.fetch().is_none())
+        || plan
+            .downcast_ref::<CoalescePartitionsExec>()
+            .is_some_and(|coalesce| coalesce.fetch().is_none());
+    if passes_rows {
         return with_child(plan, 0, key, filter);
     }
     if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
@@ -57,6 +70,9 @@ pub fn filter_stage_reads(
         return with_child(plan, 0, column.index(), filter);
     }
     if let Some(filter_exec) = plan.downcast_ref::<FilterExec>() {
+        if let Some(placed) = placed_over_read(plan, filter_exec, filter)? {
+            return Ok(Some(placed));
+        }
         let input_key = match filter_exec.projection() {
             Some(projection) => match projection.get(key) {
                 Some(index) => *index,
@@ -70,6 +86,31 @@ pub fn filter_stage_reads(
         return through_join(plan, join, key, filter);
     }
     Ok(None)
+}
+
+/// DataFusion's `FilterExec` of this very filter over a stage read (it adds
+/// one where a node it pushes the filter through keeps it above a child
+/// that refuses it), with the read sending it to its producers; `None` for
+/// any other filter.
+fn placed_over_read(
+    plan: &Arc<dyn ExecutionPlan>,
+    filter_exec: &FilterExec,
+    filter: &Arc<DynamicFilterPhysicalExpr>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let predicate = filter_exec.predicate();
+    let same =
+        predicate.expression_id().is_some() && predicate.expression_id() == filter.expression_id();
+    let Some(read) = filter_exec.input().downcast_ref::<StageReadExec>() else {
+        return Ok(None);
+    };
+    if !same || !predicate.is::<DynamicFilterPhysicalExpr>() {
+        return Ok(None);
+    }
+    let read: Arc<dyn ExecutionPlan> = Arc::new(read.with_producer_filter(Arc::clone(predicate)));
+    Ok(Some(replace_children_if_necessary(
+        Arc::clone(plan),
+        vec![read],
+    )?))
 }
 
 /// `plan` with its child `child` filtered on its column `key`.

@@ -6,6 +6,7 @@ mod float16_literals;
 pub mod guard;
 pub mod node_children;
 mod plain_strings;
+mod producer_filter;
 mod recursive;
 pub mod stage_read;
 pub mod stage_write;

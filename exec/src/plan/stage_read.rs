@@ -33,6 +33,7 @@ use squadron_proto::v1::ReadMode;
 use squadron_proto::StreamKey;
 
 use super::node_children::recomputed;
+use super::producer_filter::send_when_complete;
 use crate::stream::manager::REGISTRATION_WAIT;
 use crate::stream::{PendingStream, StreamManager};
 use squadron_common::error::upstream_error;
@@ -76,6 +77,9 @@ pub struct StageReadExec {
     first_channel: u32,
     properties: Arc<PlanProperties>,
     binding: Option<StageBinding>,
+    /// Joins' filters over this read's rows, each sent to the producers of
+    /// the streams it reads once complete (see `producer_filter`).
+    producer_filters: Vec<Arc<dyn PhysicalExpr>>,
     /// Rows and bytes read, per partition (a task's input, for EXPLAIN
     /// ANALYZE and `system.tasks`).
     metrics: ExecutionPlanMetricsSet,
@@ -97,7 +101,24 @@ impl StageReadExec {
             first_channel: 0,
             properties: Arc::new(properties),
             binding: None,
+            producer_filters: vec![],
             metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    /// A copy that also sends `filter` (a dynamic filter over this read's
+    /// columns, published by a join above) to the tasks producing the
+    /// streams it reads, once the filter is complete.
+    pub fn with_producer_filter(&self, filter: Arc<dyn PhysicalExpr>) -> Self {
+        let mut filters = self.producer_filters.clone();
+        let id = filter.expression_id();
+        if id.is_none() || filters.iter().all(|f| f.expression_id() != id) {
+            filters.push(filter);
+        }
+        Self {
+            binding: self.binding.clone(),
+            producer_filters: filters,
+            ..self.clone_unbound()
         }
     }
 
@@ -187,6 +208,7 @@ impl StageReadExec {
             first_channel: self.first_channel,
             properties: Arc::clone(&self.properties),
             binding: None,
+            producer_filters: self.producer_filters.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
@@ -297,6 +319,9 @@ impl DisplayAs for StageReadExec {
                 write!(f, ", first_channel={}", self.first_channel)?;
             }
         }
+        if !self.producer_filters.is_empty() {
+            write!(f, ", filters_producers=true")?;
+        }
         Ok(())
     }
 }
@@ -350,8 +375,13 @@ impl ExecutionPlan for StageReadExec {
                 self.stage_id
             );
         }
-        let fetches = self
-            .streams_for(binding, partition)?
+        let streams = self.streams_for(binding, partition)?;
+        let senders: Vec<_> = self
+            .producer_filters
+            .iter()
+            .map(|filter| send_when_complete(Arc::clone(filter), binding.clone(), streams.clone()))
+            .collect();
+        let fetches = streams
             .into_iter()
             .map(|(url, key)| match binding.local.take(&key) {
                 // Stream keys name the job, so a local hit is this stream.
@@ -370,6 +400,8 @@ impl ExecutionPlan for StageReadExec {
         let rows = BaselineMetrics::new(&self.metrics, partition);
         let bytes = MetricBuilder::new(&self.metrics).counter(BYTES_RECEIVED, partition);
         let counted = merged.inspect(move |item| {
+            // The filters' senders live as long as the read.
+            let _ = &senders;
             if let Ok(batch) = item {
                 rows.record_output(batch.num_rows());
                 bytes.add(crate::stream::batch_bytes(batch) as usize);

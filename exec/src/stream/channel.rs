@@ -19,6 +19,11 @@
 //!   producer dropped before that (aborted, panicked) ends every channel with
 //!   an error, so a cut stream is never taken for a short success.
 //!
+//! - A consumer may give its channel a filter (`ChannelFilter`): the
+//!   producer drops the rows it rules out before queueing them. The consumer
+//!   filters what it reads itself, so this only saves the work of queueing,
+//!   sending and decoding rows it would drop.
+//!
 //! A *retained* output (`OutputMode::retained`, the fault-tolerant mode) keeps
 //! every batch until the task's owner lets it go at the job's end, so a
 //! consumer that is run again reads it again from the start
@@ -29,13 +34,14 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::disk_manager::DiskManager;
 use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::physical_expr::PhysicalExpr;
 use futures::Stream;
 use tokio::sync::Notify;
 use tonic::Status;
@@ -48,6 +54,9 @@ use squadron_net::stream::flight_batches::real_size;
 pub const MAX_BATCHES: usize = 8;
 /// Bytes a channel holds before the producer waits (unless a reader starves).
 pub const MAX_BYTES: usize = 8 * 1024 * 1024;
+/// Filters a channel takes from its reader (one per join above the read);
+/// more are ignored, so a peer cannot grow a channel without bound.
+pub const MAX_FILTERS: usize = 4;
 
 /// The bytes retained outputs of one process may keep in memory in all;
 /// beyond it they spill.
@@ -112,6 +121,8 @@ struct Channel {
     reader_gone: bool,
     /// Readers waiting for the next item.
     wakers: Vec<Waker>,
+    /// The reader's filters: rows one rules out are not queued.
+    filters: Vec<Arc<dyn PhysicalExpr>>,
 }
 
 impl Channel {
@@ -291,6 +302,11 @@ impl OutputWriter {
         self.shared.lock().channels.len()
     }
 
+    /// The filters the reader of `channel` gave it.
+    pub fn filters(&self, channel: usize) -> Vec<Arc<dyn PhysicalExpr>> {
+        self.shared.lock().channels[channel].filters.clone()
+    }
+
     /// Channels whose reader has not gone away (all, when retained: a
     /// consumer run again will read them).
     pub fn open_channels(&self) -> usize {
@@ -338,6 +354,30 @@ impl Drop for OutputWriter {
     }
 }
 
+/// Sets the filter of one channel. Holds the channels weakly: a slot kept
+/// after the task is gone keeps nothing alive.
+#[derive(Clone)]
+pub struct ChannelFilter {
+    shared: Weak<Shared>,
+    channel: usize,
+}
+
+impl ChannelFilter {
+    /// Adds `filter` to the channel's; false when the task's channels are
+    /// gone or the channel has `MAX_FILTERS` already.
+    pub fn add(&self, filter: Arc<dyn PhysicalExpr>) -> bool {
+        let Some(shared) = self.shared.upgrade() else {
+            return false;
+        };
+        let filters = &mut shared.lock().channels[self.channel].filters;
+        if filters.len() >= MAX_FILTERS {
+            return false;
+        }
+        filters.push(filter);
+        true
+    }
+}
+
 /// One consumer's end of a channel: the batches, then a clean end, or an
 /// error when the producer failed or stopped before finishing.
 pub struct OutputReader {
@@ -350,6 +390,16 @@ pub struct OutputReader {
 }
 
 impl OutputReader {
+    /// Where a filter for this channel can be set, even after the reader
+    /// has been handed on; `None` for a retained channel (a consumer run
+    /// again must find every row).
+    pub fn filter_slot(&self) -> Option<ChannelFilter> {
+        (!self.retain).then(|| ChannelFilter {
+            shared: Arc::downgrade(&self.shared),
+            channel: self.channel,
+        })
+    }
+
     /// A new reader of the same retained channel, from its start; `None`
     /// when the channel is not retained (its items are gone once read).
     pub fn reread(&self) -> Option<OutputReader> {

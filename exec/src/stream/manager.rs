@@ -11,6 +11,10 @@
 //! hands out a new reader from its start, so a consumer run again reads it
 //! again; it stays until its owner drops it.
 //!
+//! Beside each stream it keeps, until the stream's owner drops it, where
+//! the stream's consumer may set a filter (`set_filter`): the consumer
+//! fetches at once, so the stream is taken long before the filter exists.
+//!
 //! All tasks of a job are dispatched at once, so a consumer may ask for a
 //! stream before its producer registered it. Such a lookup waits, bounded
 //! by `REGISTRATION_WAIT`, on one notification shared by all waiters: a
@@ -26,7 +30,9 @@ use squadron_common::error::Error;
 use squadron_proto::StreamKey;
 use tokio::sync::Notify;
 
-use super::channel::OutputReader;
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::channel::{ChannelFilter, OutputReader};
 use squadron_net::stream::StreamSecret;
 
 /// A registered stream not yet fetched.
@@ -40,9 +46,19 @@ pub struct PendingStream {
 /// How long a lookup waits for a stream's producer to register it.
 pub const REGISTRATION_WAIT: Duration = Duration::from_secs(30);
 
+/// Where a stream's filter goes, with what checks a filter for it.
+struct FilterSlot {
+    slot: ChannelFilter,
+    schema: SchemaRef,
+    secret: StreamSecret,
+}
+
 #[derive(Clone, Default)]
 pub struct StreamManager {
     pending: Arc<DashMap<StreamKey, PendingStream>>,
+    /// The non-retained streams registered and not yet dropped by their
+    /// owner, taken or not.
+    filters: Arc<DashMap<StreamKey, FilterSlot>>,
     registered: Arc<Notify>,
 }
 
@@ -71,6 +87,16 @@ impl StreamManager {
             let inserted = match self.pending.entry(key.clone()) {
                 Entry::Occupied(_) => false,
                 Entry::Vacant(slot) => {
+                    if let Some(filter) = reader.filter_slot() {
+                        self.filters.insert(
+                            key.clone(),
+                            FilterSlot {
+                                slot: filter,
+                                schema: Arc::clone(schema),
+                                secret: secret.clone(),
+                            },
+                        );
+                    }
                     slot.insert(PendingStream {
                         schema: Arc::clone(schema),
                         reader,
@@ -179,8 +205,55 @@ impl StreamManager {
         }
     }
 
+    /// The schema of a stream whose filter may still be set (to decode a
+    /// filter against), waiting up to `within` for its producer to register
+    /// it: a consumer's filter may be ready before its producer started.
+    /// `None` when it never came, once its owner dropped it, or for a
+    /// retained stream.
+    pub async fn filterable_schema(&self, key: &StreamKey, within: Duration) -> Option<SchemaRef> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Listen before looking, as in `take_when_registered`.
+            let notified = self.registered.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(slot) = self.filters.get(key) {
+                return Some(Arc::clone(&slot.schema));
+            }
+            if self.pending.contains_key(key) {
+                // Registered, but retained: no filter.
+                return None;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.filters.get(key).map(|slot| Arc::clone(&slot.schema));
+            }
+        }
+    }
+
+    /// Gives a stream a filter of its consumer: for a ticket signed with
+    /// `signature` (a peer), or for a task of this worker (`None`). False
+    /// when the stream is gone (or was never here, or is retained), or has
+    /// all the filters it takes.
+    pub fn set_filter(
+        &self,
+        key: &StreamKey,
+        signature: Option<&[u8]>,
+        filter: Arc<dyn PhysicalExpr>,
+    ) -> Result<bool, Error> {
+        let Some(slot) = self.filters.get(key) else {
+            return Ok(false);
+        };
+        if signature.is_some_and(|signature| !slot.secret.verifies(key, signature)) {
+            return Err(not_signed(key));
+        }
+        Ok(slot.slot.add(filter))
+    }
+
     /// Drops the given streams if still unread; returns how many.
     pub fn drop_keys(&self, keys: &[StreamKey]) -> usize {
+        for key in keys {
+            self.filters.remove(key);
+        }
         keys.iter()
             .filter(|k| self.pending.remove(*k).is_some())
             .count()
@@ -188,9 +261,10 @@ impl StreamManager {
 
     /// Drops every unread stream of one attempt of a job; returns how many.
     pub fn drop_job(&self, job_id: &str, attempt: u32) -> usize {
+        let of_job = |key: &StreamKey| key.job_id == job_id && key.attempt == attempt;
+        self.filters.retain(|key, _| !of_job(key));
         let before = self.pending.len();
-        self.pending
-            .retain(|key, _| key.job_id != job_id || key.attempt != attempt);
+        self.pending.retain(|key, _| !of_job(key));
         before.saturating_sub(self.pending.len())
     }
 

@@ -2,6 +2,7 @@
 //! the registry of streams waiting for their consumer.
 
 pub mod channel;
+pub mod filter;
 pub mod manager;
 pub mod spill;
 pub mod writer;

@@ -9,6 +9,7 @@ use datafusion::physical_plan::{Partitioning, SendableRecordBatchStream};
 use futures::StreamExt;
 
 use super::channel::OutputWriter;
+use super::filter::apply_filter;
 use squadron_common::error::to_status;
 
 /// How batches are assigned to channels.
@@ -62,6 +63,9 @@ pub struct OutputCount {
     pub bytes: u64,
     /// Bytes its channels spilled to disk while it wrote.
     pub spilled_bytes: u64,
+    /// Rows its consumers' filters dropped before they were queued (a
+    /// broadcast row counts once per channel that dropped it).
+    pub rows_filtered: u64,
 }
 
 /// Writes a task's output to its channels and returns what it wrote.
@@ -124,6 +128,15 @@ async fn send(
 ) -> Result<()> {
     let channels = output.channel_count();
     for (channel, part) in route(router, batch, channels)? {
+        let mut part = part;
+        for filter in output.filters(channel) {
+            if part.num_rows() == 0 {
+                break;
+            }
+            let (kept, dropped) = apply_filter(filter.as_ref(), part);
+            count.rows_filtered += dropped as u64;
+            part = kept;
+        }
         if part.num_rows() > 0 {
             count.batches += 1;
             count.bytes += batch_bytes(&part);
@@ -152,5 +165,126 @@ fn route(
             }
             Ok(parts)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{AsArray, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+    use datafusion::common::ScalarValue;
+    use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, UnboundedMemoryPool};
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{binary, col, lit};
+    use datafusion::physical_expr::PhysicalExpr;
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use futures::StreamExt;
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+
+    use super::*;
+    use crate::stream::channel::{output_channels, OutputReader};
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]))
+    }
+
+    /// Keys `from..to`, as one batch.
+    fn keys(from: i64, to: i64) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![Arc::new(Int64Array::from_iter_values(from..to))],
+        )
+        .unwrap()
+    }
+
+    /// `k % 10 = 0`: a tenth of the keys.
+    fn tenth() -> Arc<dyn PhysicalExpr> {
+        let schema = schema();
+        let k = col("k", &schema).unwrap();
+        let ten = lit(ScalarValue::Int64(Some(10)));
+        let rest = binary(k, Operator::Modulo, ten, &schema).unwrap();
+        binary(
+            rest,
+            Operator::Eq,
+            lit(ScalarValue::Int64(Some(0))),
+            &schema,
+        )
+        .unwrap()
+    }
+
+    async fn read_all(reader: &mut OutputReader) -> Vec<i64> {
+        let mut got = vec![];
+        while let Some(batch) = reader.next().await {
+            got.extend(
+                batch
+                    .unwrap()
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .iter(),
+            );
+        }
+        got
+    }
+
+    /// A task writing the batches it is handed to one channel, with its
+    /// reader and the sender of its input.
+    fn producer() -> (
+        mpsc::Sender<Result<RecordBatch>>,
+        tokio::task::JoinHandle<Result<OutputCount>>,
+        OutputReader,
+    ) {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let (writer, mut readers) = output_channels(1, MemoryConsumer::new("t").register(&pool));
+        let (tx, rx) = mpsc::channel(1);
+        let input = Box::pin(RecordBatchStreamAdapter::new(
+            schema(),
+            ReceiverStream::new(rx),
+        ));
+        // A batch size of 1 passes every batch on as it comes.
+        let task = tokio::spawn(write_output(input, Router::Single, writer, 1));
+        (tx, task, readers.remove(0))
+    }
+
+    #[tokio::test]
+    async fn a_filter_set_before_the_rows_come_keeps_them_from_the_channel() {
+        let (tx, task, mut reader) = producer();
+        assert!(reader.filter_slot().unwrap().add(tenth()));
+        tx.send(Ok(keys(0, 100))).await.unwrap();
+        drop(tx);
+        let got = read_all(&mut reader).await;
+        assert_eq!(got, (0..100).step_by(10).collect::<Vec<_>>());
+        let count = task.await.unwrap().unwrap();
+        assert_eq!((count.rows, count.rows_filtered), (100, 90));
+    }
+
+    #[tokio::test]
+    async fn a_filter_set_midway_applies_to_the_rows_after_it() {
+        let (tx, task, mut reader) = producer();
+        tx.send(Ok(keys(0, 100))).await.unwrap();
+        let first = reader.next().await.unwrap().unwrap();
+        assert_eq!(first.num_rows(), 100, "queued before the filter: whole");
+        assert!(reader.filter_slot().unwrap().add(tenth()));
+        tx.send(Ok(keys(100, 200))).await.unwrap();
+        drop(tx);
+        let got = read_all(&mut reader).await;
+        assert_eq!(got, (100..200).step_by(10).collect::<Vec<_>>());
+        assert_eq!(task.await.unwrap().unwrap().rows_filtered, 90);
+    }
+
+    #[tokio::test]
+    async fn a_filter_set_after_the_producer_finished_changes_nothing() {
+        let (tx, task, mut reader) = producer();
+        let slot = reader.filter_slot().unwrap();
+        tx.send(Ok(keys(0, 100))).await.unwrap();
+        drop(tx);
+        assert_eq!(task.await.unwrap().unwrap().rows_filtered, 0);
+        assert!(slot.add(tenth()), "the channels are still there");
+        assert_eq!(read_all(&mut reader).await, (0..100).collect::<Vec<_>>());
+        drop(reader);
+        assert!(!slot.add(tenth()), "the channels are gone");
     }
 }

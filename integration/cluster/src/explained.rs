@@ -35,3 +35,29 @@ pub fn rows_out(explained: &[RecordBatch], texts: &[&str]) -> u64 {
     }
     rows
 }
+
+/// The rows producing tasks did not send because their consumers' filters
+/// ruled them out, summed over every task attempt's line.
+pub fn rows_dropped_for_consumers(explained: &[RecordBatch]) -> u64 {
+    let mut rows = 0;
+    for batch in explained {
+        for column in batch.columns() {
+            let Some(text) = column.as_string_opt::<i32>() else {
+                continue;
+            };
+            for line in text.iter().flatten().flat_map(str::lines) {
+                if !line.trim_start().starts_with("task ") {
+                    continue;
+                }
+                rows += line
+                    .split(" dropped by consumers' filters)")
+                    .next()
+                    .filter(|before| before.len() < line.len())
+                    .and_then(|before| before.rsplit('(').next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    rows
+}

@@ -216,6 +216,7 @@ fn tasks_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
         Field::new("ended", timestamp_type(), true),
         Field::new("elapsed_ms", DataType::UInt64, false),
         metric("output_rows"),
+        metric("output_rows_filtered"),
         metric("output_bytes"),
         metric("input_rows"),
         metric("input_bytes"),
@@ -259,6 +260,7 @@ fn tasks_table(coordinator: Weak<dyn LiveQueries>) -> SystemTable {
                             .map_or(0, |d| d.as_millis() as u64)
                     }))),
                     measured(|m| m.output_rows),
+                    measured(|m| m.output_rows_filtered),
                     measured(|m| m.output_bytes),
                     measured(|m| m.input_rows),
                     measured(|m| m.input_bytes),

@@ -1,6 +1,8 @@
 //! The worker's Flight service: `DoGet` on a `TaskStreamTicket` serves one
-//! task output channel, to a peer worker or to the coordinator. Every other
-//! Flight call is unimplemented: workers are not a client-facing endpoint.
+//! task output channel, to a peer worker or to the coordinator; the action
+//! `squadron.filter_stream` gives such a channel its consumer's filter.
+//! Every other Flight call is unimplemented: workers are not a
+//! client-facing endpoint.
 
 use std::pin::Pin;
 
@@ -14,9 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt, TryStreamExt};
-use squadron_proto::StreamKey;
+use prost::Message;
+use squadron_proto::v1::StreamFilter;
+use squadron_proto::{StreamKey, FILTER_STREAM_ACTION};
 use tonic::{Request, Response, Status, Streaming};
 
+use squadron_exec::stream::filter::decode_filter;
 use squadron_exec::stream::manager::REGISTRATION_WAIT;
 use squadron_exec::stream::{PendingStream, StreamManager};
 use squadron_net::stream::encoder::flight_data;
@@ -80,6 +85,21 @@ fn serve_stream(pending: PendingStream) -> impl Stream<Item = Result<FlightData,
             *failed |= item.is_err();
             futures::future::ready((!stop).then_some(item))
         })
+}
+
+/// Gives the stream a `StreamFilter` names the filter in it; the answer
+/// says whether the stream was still there to take it.
+async fn filter_stream(streams: &StreamManager, body: &[u8]) -> Result<bool, Status> {
+    let request = StreamFilter::decode(body)
+        .map_err(|e| Status::invalid_argument(format!("a malformed StreamFilter: {e}")))?;
+    let (key, signature) = StreamKey::from_ticket(&request.ticket)
+        .ok_or_else(|| Status::invalid_argument("the ticket is not a task stream ticket"))?;
+    let Some(schema) = streams.filterable_schema(&key, REGISTRATION_WAIT).await else {
+        return Ok(false);
+    };
+    let filter = decode_filter(&request.filter, &schema)
+        .map_err(|e| Status::invalid_argument(format!("the filter for {key}: {e}")))?;
+    Ok(streams.set_filter(&key, Some(&signature), filter)?)
 }
 
 fn not_here(call: &str) -> Status {
@@ -168,9 +188,20 @@ impl FlightService for WorkerFlight {
 
     async fn do_action(
         &self,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        Err(not_here("DoAction"))
+        let action = request.into_inner();
+        if action.r#type != FILTER_STREAM_ACTION {
+            return Err(Status::unimplemented(format!(
+                "a Squadron worker serves only the action {FILTER_STREAM_ACTION}, not {:?}",
+                action.r#type
+            )));
+        }
+        let taken = filter_stream(&self.streams, &action.body).await?;
+        let answer = arrow_flight::Result::new(if taken { "applied" } else { "gone" });
+        Ok(Response::new(
+            futures::stream::once(async { Ok(answer) }).boxed(),
+        ))
     }
 
     async fn list_actions(

@@ -183,6 +183,7 @@ pub fn task_metrics(
         output_batches: output.batches,
         output_bytes: output.bytes,
         spilled_bytes: output.spilled_bytes,
+        output_rows_filtered: output.rows_filtered,
         peak_memory_bytes: memory.peak() as u64,
         ..Default::default()
     };

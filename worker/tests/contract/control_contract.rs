@@ -2,10 +2,13 @@
 //! protocol is refused with FAILED_PRECONDITION naming both sides, a second
 //! task with a live key is refused with ALREADY_EXISTS (never overwritten),
 //! dropping the RunTask stream frees the task's unread output streams, and
-//! a stream is handed out only for a ticket signed by its job's secret.
+//! a stream is handed out (or given a consumer's filter) only for a ticket
+//! signed by its job's secret.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
 
 use datafusion::arrow::datatypes::Schema;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
@@ -159,4 +162,79 @@ async fn a_stream_is_served_only_for_a_ticket_signed_by_its_job() {
     let messages: Vec<_> = stream.try_collect().await.unwrap();
     assert!(!messages.is_empty());
     assert_eq!(worker.streams.len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_filter_is_taken_only_when_signed_and_well_formed() {
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    use arrow_flight::Action;
+    use datafusion::common::ScalarValue;
+    use datafusion::physical_expr::expressions::lit;
+    use prost::Message;
+    use squadron_exec::stream::filter::encode_filter;
+    use squadron_proto::v1::StreamFilter;
+    use squadron_proto::{StreamKey, FILTER_STREAM_ACTION};
+
+    let (url, _worker) = spawn_worker("127.0.0.1:0".parse().unwrap(), WorkerOptions::default())
+        .await
+        .unwrap();
+    let mut control = WorkerServiceClient::connect(url.clone()).await.unwrap();
+    let secret = StreamSecret::generate();
+    let mut task = control
+        .run_task(request_signed_by("j1", secret.bytes()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        task.message().await.unwrap().unwrap().state(),
+        TaskState::Accepted
+    );
+    let key = StreamKey {
+        job_id: "j1".into(),
+        stage_id: 0,
+        partition: 0,
+        attempt: 0,
+        channel: 0,
+    };
+    let channel = tonic::transport::Channel::from_shared(url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut flight = FlightServiceClient::new(channel);
+    let filter = |ticket: Vec<u8>, value: ScalarValue| {
+        let filter = encode_filter(&lit(value)).unwrap();
+        Action::new(
+            FILTER_STREAM_ACTION,
+            StreamFilter { ticket, filter }.encode_to_vec(),
+        )
+    };
+    let refused = |action: Action| {
+        let mut flight = flight.clone();
+        async move { flight.do_action(action).await.unwrap_err().code() }
+    };
+
+    let other_action = Action::new("squadron.something_else", vec![]);
+    assert_eq!(refused(other_action).await, Code::Unimplemented);
+    let malformed = Action::new(FILTER_STREAM_ACTION, b"\xff\xff\xff".to_vec());
+    assert_eq!(refused(malformed).await, Code::InvalidArgument);
+    let not_a_ticket = filter(b"not a ticket".to_vec(), ScalarValue::Boolean(Some(false)));
+    assert_eq!(refused(not_a_ticket).await, Code::InvalidArgument);
+    let forged = StreamSecret::generate().ticket(&key);
+    let forged = filter(forged, ScalarValue::Boolean(Some(false)));
+    assert_eq!(refused(forged).await, Code::PermissionDenied);
+    let not_boolean = filter(secret.ticket(&key), ScalarValue::Int64(Some(1)));
+    assert_eq!(refused(not_boolean).await, Code::InvalidArgument);
+
+    let good = filter(secret.ticket(&key), ScalarValue::Boolean(Some(false)));
+    let answers: Vec<_> = flight
+        .do_action(good)
+        .await
+        .unwrap()
+        .into_inner()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(&answers[0].body[..], b"applied");
 }

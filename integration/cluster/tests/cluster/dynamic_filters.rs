@@ -1,11 +1,13 @@
 //! A task's hash join, once its build side is complete, prunes the scan of
 //! its probe side, and a TopK prunes the scan below it: fewer rows read,
-//! the same answers with `squadron.dynamic_filters` on and off.
+//! the same answers with `squadron.dynamic_filters` on and off. Where the
+//! probe side arrives by shuffle, the filter drops the rows read, and the
+//! tasks producing them stop sending them.
 
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use datafusion::prelude::SessionContext;
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
-use squadron_cluster_tests::explained::{rows_out, rows_scanned};
+use squadron_cluster_tests::explained::{rows_dropped_for_consumers, rows_out, rows_scanned};
 use squadron_server::catalog::TableSpec;
 use squadron_server::RunningServer;
 use tonic::transport::Channel;
@@ -178,12 +180,83 @@ async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below()
     }
     let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
     let explained = query(&mut on, &explain).await.unwrap();
-    let passed = rows_out(&explained, &["FilterExec: DynamicFilter"]);
+    // The semi join's filter (its keys listed); the inner join's own
+    // stays unpublished (`[ empty ]`) where DataFusion placed it.
+    let passed = rows_out(&explained, &["FilterExec: DynamicFilter", "IN (SET)"]);
     assert!(
         (1..=10).contains(&passed),
         "{passed} shuffled rows passed the filter"
     );
+    // And the producers sent few of the rest.
+    let read = rows_out(&explained, &["StageReadExec", "filters_producers=true"]);
+    let dropped = rows_dropped_for_consumers(&explained);
+    assert!(read + dropped <= 80_000, "{read} read, {dropped} dropped");
     let explained = query(&mut off, &explain).await.unwrap();
     assert_eq!(rows_out(&explained, &["FilterExec: DynamicFilter"]), 0);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_stop_sending_the_rows_a_consumers_filter_rules_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.parquet");
+    write_parquet(
+        &big,
+        "SELECT value AS k, value % 7 AS v FROM generate_series(1, 400000)",
+    )
+    .await;
+    let keys = dir.path().join("keys.parquet");
+    write_parquet(
+        &keys,
+        "SELECT value * 1000 AS key FROM generate_series(1, 5)",
+    )
+    .await;
+    let tables: Vec<TableSpec> = [("big", &big), ("keys", &keys)]
+        .iter()
+        .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
+        .collect();
+    let mut options = test_options(vec![], tables.clone());
+    options.coordinator_scan_limit = 0;
+    // Partitioned: the 400,000 rows of `big` are shuffled to the semi join.
+    options.settings = [
+        "datafusion.optimizer.hash_join_single_partition_threshold",
+        "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), "0".to_string()))
+    .collect();
+    let server = coordinator_with(options).await;
+    let ctx = oracle_context(&tables).await;
+    let (mut on, mut off) = on_and_off(&server).await;
+
+    // The sort makes the shuffle's producer start sending only once it has
+    // all rows, by when the join's five keys are long known.
+    let sql = "SELECT count(*), sum(v) FROM (SELECT k, v FROM big ORDER BY v, k LIMIT 399990) \
+               WHERE k IN (SELECT key FROM keys)";
+    let expected = oracle(&ctx, sql).await;
+    for client in [&mut on, &mut off] {
+        let actual = query(client, sql).await.unwrap();
+        same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{diff}"));
+    }
+    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
+    let explained = query(&mut on, &explain).await.unwrap();
+    let received = rows_out(&explained, &["StageReadExec", "mode=shuffle"]);
+    let dropped = rows_dropped_for_consumers(&explained);
+    // Each of the four join tasks reads one hash partition of `big` (about
+    // 100,000 rows) and of the keys. Three have keys, and their filters
+    // reach the producer while it sorts, so it sends their five rows and
+    // drops the rest: 299,986 dropped, 10 rows read, in every quiet run
+    // here. The fourth has no keys: it never reads, and its rows go with
+    // its channel. On a loaded machine a consumer can start late and its
+    // filter arrive after its rows went; at least one must arrive in time.
+    assert!(
+        dropped >= 90_000 && received + dropped <= 400_010,
+        "{dropped} rows dropped by the producer, {received} sent"
+    );
+    let explained = query(&mut off, &explain).await.unwrap();
+    assert_eq!(rows_dropped_for_consumers(&explained), 0);
+    assert_eq!(rows_out(&explained, &["filters_producers=true"]), 0);
+    let received = rows_out(&explained, &["StageReadExec", "mode=shuffle"]);
+    assert!(received >= 200_000, "{received} rows read with filters off");
     server.shutdown().await.unwrap();
 }

@@ -1,0 +1,152 @@
+//! A consumer's filter on a task output stream, on the wire and applied by
+//! the producer (see `channel::ChannelFilter`).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, BooleanArray};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{plan_err, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion_proto::physical_plan::from_proto::parse_physical_expr;
+use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
+use datafusion_proto::physical_plan::DefaultPhysicalExtensionCodec;
+use datafusion_proto::protobuf::PhysicalExprNode;
+use prost::Message;
+
+/// `filter` as the bytes of a `StreamFilter`'s `filter`.
+pub fn encode_filter(filter: &Arc<dyn PhysicalExpr>) -> Result<Vec<u8>> {
+    Ok(serialize_physical_expr(filter, &DefaultPhysicalExtensionCodec {})?.encode_to_vec())
+}
+
+/// The filter in `bytes`, checked to be a boolean expression over `schema`.
+pub fn decode_filter(bytes: &[u8], schema: &Schema) -> Result<Arc<dyn PhysicalExpr>> {
+    let node = PhysicalExprNode::decode(bytes)
+        .map_err(|e| datafusion::common::DataFusionError::Plan(format!("a stream filter: {e}")))?;
+    let filter = parse_physical_expr(
+        &node,
+        &TaskContext::default(),
+        schema,
+        &DefaultPhysicalExtensionCodec {},
+    )?;
+    match filter.data_type(schema)? {
+        DataType::Boolean => Ok(filter),
+        other => plan_err!("a stream filter must be boolean, not {other}"),
+    }
+}
+
+/// The rows of `batch` that `filter` keeps, and how many it dropped. A
+/// filter that cannot be evaluated drops nothing: the consumer filters
+/// anyway, so this only costs the work it would have saved.
+pub fn apply_filter(filter: &dyn PhysicalExpr, batch: RecordBatch) -> (RecordBatch, usize) {
+    let keep = filter
+        .evaluate(&batch)
+        .and_then(|value| value.into_array(batch.num_rows()));
+    let Some(keep) = keep
+        .ok()
+        .and_then(|array| array.as_any().downcast_ref::<BooleanArray>().cloned())
+    else {
+        return (batch, 0);
+    };
+    if keep.null_count() == 0 && keep.true_count() == batch.num_rows() {
+        return (batch, 0);
+    }
+    match filter_record_batch(&batch, &keep) {
+        Ok(kept) => {
+            let dropped = batch.num_rows() - kept.num_rows();
+            (kept, dropped)
+        }
+        Err(_) => (batch, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::Field;
+    use datafusion::common::ScalarValue;
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{binary, col, in_list, lit};
+
+    fn batch() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), Some(5), None, Some(9)])),
+                Arc::new(StringArray::from(vec!["a", "b", "c", "d"])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_filter_survives_the_wire_and_keeps_only_matching_rows() {
+        let batch = batch();
+        let schema = batch.schema();
+        let k = col("k", &schema).unwrap();
+        let listed = in_list(
+            Arc::clone(&k),
+            vec![
+                lit(ScalarValue::Int64(Some(5))),
+                lit(ScalarValue::Int64(Some(9))),
+            ],
+            &false,
+            &schema,
+        )
+        .unwrap();
+        let bounded = binary(k, Operator::GtEq, lit(ScalarValue::Int64(Some(6))), &schema).unwrap();
+        let filter = binary(listed, Operator::And, bounded, &schema).unwrap();
+        let decoded = decode_filter(&encode_filter(&filter).unwrap(), &schema).unwrap();
+        let (kept, dropped) = apply_filter(decoded.as_ref(), batch);
+        assert_eq!(dropped, 3, "NULL and the keys outside the filter go");
+        let s = kept
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![Some("d")]);
+    }
+
+    #[test]
+    fn bad_bytes_and_non_boolean_filters_are_refused() {
+        let schema = batch().schema();
+        assert!(decode_filter(b"\xff\xff not protobuf", &schema).is_err());
+        let not_boolean = encode_filter(&col("k", &schema).unwrap()).unwrap();
+        let err = decode_filter(&not_boolean, &schema).unwrap_err();
+        assert!(err.to_string().contains("boolean"), "{err}");
+        let other = Schema::new(vec![Field::new("x", DataType::Int64, true)]);
+        let on_k = encode_filter(&col("k", &schema).unwrap()).unwrap();
+        assert!(
+            decode_filter(&on_k, &other).is_err(),
+            "a column the stream lacks"
+        );
+    }
+
+    #[test]
+    fn a_filter_that_fails_drops_nothing() {
+        let batch = batch();
+        // Evaluated against a batch without the column it names.
+        let elsewhere = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+            Field::new("c", DataType::Int64, true),
+        ]));
+        let third = col("c", &elsewhere).unwrap();
+        let filter = binary(
+            third,
+            Operator::Eq,
+            lit(ScalarValue::Int64(Some(1))),
+            &elsewhere,
+        )
+        .unwrap();
+        let (kept, dropped) = apply_filter(filter.as_ref(), batch);
+        assert_eq!((kept.num_rows(), dropped), (4, 0));
+    }
+}
