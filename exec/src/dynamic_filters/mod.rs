@@ -37,6 +37,7 @@ mod build_side;
 mod deferred;
 mod keys;
 mod stage_reads;
+mod trial;
 
 use std::collections::HashSet;
 use std::sync::Arc;

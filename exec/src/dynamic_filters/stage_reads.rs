@@ -13,7 +13,8 @@
 //! drops the rows whose key the build side does not hold. Rows read before
 //! the filter is published pass (the filter is `true` until then). The
 //! read also sends the filter to the tasks producing its streams, which
-//! then stop sending those rows (`plan::producer_filter`).
+//! then stop sending those rows (`plan::producer_filter`). Both give a
+//! filter up once it has shown it keeps nearly every row (`trial`).
 
 use std::sync::Arc;
 
@@ -29,6 +30,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{replace_children_if_necessary, ExecutionPlan};
 
+use super::trial::TrialFilter;
 use crate::plan::StageReadExec;
 
 /// `plan` with `filter` (over the probe key, here column `key` of `plan`'s
@@ -44,7 +46,8 @@ pub fn filter_stage_reads(
         let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&field, key));
         let predicate = Arc::clone(filter).with_new_children(vec![column])?;
         let read = Arc::new(read.with_producer_filter(Arc::clone(&predicate)));
-        return Ok(Some(Arc::new(FilterExec::try_new(predicate, read)?)));
+        let on_trial = Arc::new(TrialFilter::new(predicate));
+        return Ok(Some(Arc::new(FilterExec::try_new(on_trial, read)?)));
     }
     // Nodes that pass every input row on unchanged, in the same columns.
     // (CoalesceBatchesExec, deprecated in DataFusion, by name.)
@@ -107,10 +110,14 @@ fn placed_over_read(
         return Ok(None);
     }
     let read: Arc<dyn ExecutionPlan> = Arc::new(read.with_producer_filter(Arc::clone(predicate)));
-    Ok(Some(replace_children_if_necessary(
-        Arc::clone(plan),
-        vec![read],
-    )?))
+    if filter_exec.projection().is_some() {
+        return Ok(Some(replace_children_if_necessary(
+            Arc::clone(plan),
+            vec![read],
+        )?));
+    }
+    let on_trial = Arc::new(TrialFilter::new(Arc::clone(predicate)));
+    Ok(Some(Arc::new(FilterExec::try_new(on_trial, read)?)))
 }
 
 /// `plan` with its child `child` filtered on its column `key`.

@@ -9,7 +9,7 @@ use datafusion::physical_plan::{Partitioning, SendableRecordBatchStream};
 use futures::StreamExt;
 
 use super::channel::OutputWriter;
-use super::filter::apply_filter;
+use super::filter::FilterTrials;
 use squadron_common::error::to_status;
 
 /// How batches are assigned to channels.
@@ -89,6 +89,7 @@ pub async fn write_output(
     let mut coalescer = BatchCoalescer::new(input.schema(), batch_size)
         .with_biggest_coalesce_batch_size(Some(batch_size / 2));
     let mut count = OutputCount::default();
+    let mut trials = FilterTrials::default();
     let mut done = false;
     while !done {
         match input.next().await {
@@ -106,7 +107,8 @@ pub async fn write_output(
             }
         }
         while let Some(batch) = coalescer.next_completed_batch() {
-            if let Err(e) = send(&mut router, &output, batch, &mut count).await {
+            let sent = send(&mut router, &output, batch, &mut trials, &mut count).await;
+            if let Err(e) = sent {
                 output.fail(to_status(&e));
                 return Err(e);
             }
@@ -124,6 +126,7 @@ async fn send(
     router: &mut Router,
     output: &OutputWriter,
     batch: RecordBatch,
+    trials: &mut FilterTrials,
     count: &mut OutputCount,
 ) -> Result<()> {
     let channels = output.channel_count();
@@ -133,7 +136,7 @@ async fn send(
             if part.num_rows() == 0 {
                 break;
             }
-            let (kept, dropped) = apply_filter(filter.as_ref(), part);
+            let (kept, dropped) = trials.apply(channel, &filter, part);
             count.rows_filtered += dropped as u64;
             part = kept;
         }

@@ -14,50 +14,36 @@ pub fn rows_scanned(explained: &[RecordBatch], file: &str) -> u64 {
 /// The rows the operators whose line contains every one of `texts`
 /// produced, summed over every task.
 pub fn rows_out(explained: &[RecordBatch], texts: &[&str]) -> u64 {
-    let mut rows = 0;
-    for batch in explained {
-        for column in batch.columns() {
-            let Some(text) = column.as_string_opt::<i32>() else {
-                continue;
-            };
-            for line in text.iter().flatten().flat_map(str::lines) {
-                if !texts.iter().all(|t| line.contains(t)) {
-                    continue;
-                }
-                let metrics = line.split("metrics=[").nth(1).unwrap_or_default();
-                rows += metrics
-                    .split(", ")
-                    .find_map(|m| m.strip_prefix("output_rows="))
-                    .and_then(|n| n.trim_end_matches(']').parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    rows
+    lines(explained)
+        .filter(|line| texts.iter().all(|t| line.contains(t)))
+        .map(|line| {
+            let metrics = line.split("metrics=[").nth(1).unwrap_or_default();
+            metrics
+                .split(", ")
+                .find_map(|m| m.strip_prefix("output_rows="))
+                .and_then(|n| n.trim_end_matches(']').parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// The rows producing tasks did not send because their consumers' filters
 /// ruled them out, summed over every task attempt's line.
 pub fn rows_dropped_for_consumers(explained: &[RecordBatch]) -> u64 {
-    let mut rows = 0;
-    for batch in explained {
-        for column in batch.columns() {
-            let Some(text) = column.as_string_opt::<i32>() else {
-                continue;
-            };
-            for line in text.iter().flatten().flat_map(str::lines) {
-                if !line.trim_start().starts_with("task ") {
-                    continue;
-                }
-                rows += line
-                    .split(" dropped by consumers' filters)")
-                    .next()
-                    .filter(|before| before.len() < line.len())
-                    .and_then(|before| before.rsplit('(').next())
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    rows
+    lines(explained)
+        .filter(|line| line.trim_start().starts_with("task "))
+        .filter_map(|line| {
+            let (before, _) = line.split_once(" dropped by consumers' filters)")?;
+            before.rsplit('(').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Every line of every text column of the answer.
+fn lines(explained: &[RecordBatch]) -> impl Iterator<Item = &str> {
+    explained
+        .iter()
+        .flat_map(|batch| batch.columns())
+        .filter_map(|column| column.as_string_opt::<i32>())
+        .flat_map(|text| text.iter().flatten().flat_map(str::lines))
 }

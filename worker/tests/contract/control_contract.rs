@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{Action, Ticket};
 use futures::TryStreamExt;
 
 use datafusion::arrow::datatypes::Schema;
@@ -16,9 +18,9 @@ use squadron_common::version::engine_build;
 use squadron_exec::plan::{encode_plan, StageOutput, StageWriteExec};
 use squadron_net::stream::StreamSecret;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
-use squadron_proto::v1::{RunTaskRequest, TaskDefinition, TaskKey, TaskState};
-use squadron_proto::PROTOCOL_VERSION;
-use squadron_worker::{spawn_worker, WorkerOptions};
+use squadron_proto::v1::{RunTaskRequest, TaskDefinition, TaskKey, TaskState, TaskStatus};
+use squadron_proto::{StreamKey, PROTOCOL_VERSION};
+use squadron_worker::{spawn_worker, Worker, WorkerOptions};
 use tonic::Code;
 
 fn request(job: &str) -> RunTaskRequest {
@@ -110,72 +112,17 @@ async fn run_task_refuses_mismatches_and_duplicates_and_frees_on_drop() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_is_served_only_for_a_ticket_signed_by_its_job() {
-    use arrow_flight::flight_service_client::FlightServiceClient;
-    use arrow_flight::Ticket;
-    use futures::TryStreamExt;
-    use squadron_proto::StreamKey;
-
+/// A worker running one task of job `j1`, accepted; the secret its
+/// streams are signed with; the key of its one output stream; a Flight
+/// client of the worker. The task lives as long as its status stream.
+async fn one_task() -> (
+    Worker,
+    StreamSecret,
+    tonic::Streaming<TaskStatus>,
+    StreamKey,
+    FlightServiceClient<tonic::transport::Channel>,
+) {
     let (url, worker) = spawn_worker("127.0.0.1:0".parse().unwrap(), WorkerOptions::default())
-        .await
-        .unwrap();
-    let mut control = WorkerServiceClient::connect(url.clone()).await.unwrap();
-    let secret = StreamSecret::generate();
-    let bytes = secret.bytes().to_vec();
-    let mut task = control
-        .run_task(request_signed_by("j1", &bytes))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        task.message().await.unwrap().unwrap().state(),
-        TaskState::Accepted
-    );
-    let key = StreamKey {
-        job_id: "j1".into(),
-        stage_id: 0,
-        partition: 0,
-        attempt: 0,
-        channel: 0,
-    };
-    let channel = tonic::transport::Channel::from_shared(url)
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut flight = FlightServiceClient::new(channel);
-    let unsigned = key.to_ticket(vec![]);
-    let mut altered = secret.ticket(&key);
-    *altered.last_mut().unwrap() ^= 1;
-    let other = StreamSecret::generate();
-    for forged in [unsigned, altered, other.ticket(&key)] {
-        let err = flight.do_get(Ticket::new(forged)).await.unwrap_err();
-        assert_eq!(err.code(), Code::PermissionDenied, "{err}");
-    }
-    assert_eq!(worker.streams.len(), 1, "forged tickets take nothing");
-    let stream = flight
-        .do_get(Ticket::new(secret.ticket(&key)))
-        .await
-        .unwrap()
-        .into_inner();
-    let messages: Vec<_> = stream.try_collect().await.unwrap();
-    assert!(!messages.is_empty());
-    assert_eq!(worker.streams.len(), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_filter_is_taken_only_when_signed_and_well_formed() {
-    use arrow_flight::flight_service_client::FlightServiceClient;
-    use arrow_flight::Action;
-    use datafusion::common::ScalarValue;
-    use datafusion::physical_expr::expressions::lit;
-    use prost::Message;
-    use squadron_exec::stream::filter::encode_filter;
-    use squadron_proto::v1::StreamFilter;
-    use squadron_proto::{StreamKey, FILTER_STREAM_ACTION};
-
-    let (url, _worker) = spawn_worker("127.0.0.1:0".parse().unwrap(), WorkerOptions::default())
         .await
         .unwrap();
     let mut control = WorkerServiceClient::connect(url.clone()).await.unwrap();
@@ -201,7 +148,41 @@ async fn a_stream_filter_is_taken_only_when_signed_and_well_formed() {
         .connect()
         .await
         .unwrap();
-    let mut flight = FlightServiceClient::new(channel);
+    (worker, secret, task, key, FlightServiceClient::new(channel))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_served_only_for_a_ticket_signed_by_its_job() {
+    let (worker, secret, _task, key, mut flight) = one_task().await;
+    let unsigned = key.to_ticket(vec![]);
+    let mut altered = secret.ticket(&key);
+    *altered.last_mut().unwrap() ^= 1;
+    let other = StreamSecret::generate();
+    for forged in [unsigned, altered, other.ticket(&key)] {
+        let err = flight.do_get(Ticket::new(forged)).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    }
+    assert_eq!(worker.streams.len(), 1, "forged tickets take nothing");
+    let stream = flight
+        .do_get(Ticket::new(secret.ticket(&key)))
+        .await
+        .unwrap()
+        .into_inner();
+    let messages: Vec<_> = stream.try_collect().await.unwrap();
+    assert!(!messages.is_empty());
+    assert_eq!(worker.streams.len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_filter_is_taken_only_when_signed_and_well_formed() {
+    use datafusion::common::ScalarValue;
+    use datafusion::physical_expr::expressions::lit;
+    use prost::Message;
+    use squadron_exec::stream::filter::encode_filter;
+    use squadron_proto::v1::StreamFilter;
+    use squadron_proto::FILTER_STREAM_ACTION;
+
+    let (_worker, secret, _task, key, mut flight) = one_task().await;
     let filter = |ticket: Vec<u8>, value: ScalarValue| {
         let filter = encode_filter(&lit(value)).unwrap();
         Action::new(

@@ -37,6 +37,36 @@ async fn on_and_off(
     (on, off)
 }
 
+/// A coordinator over `tables` (name, file) that plans every join
+/// partitioned, so both inputs of each arrive by shuffle (as TPC-H q18's do
+/// at SF10), with its oracle and sessions with filters on and off.
+async fn partitioned_joins(
+    tables: &[(&str, &std::path::Path)],
+) -> (
+    RunningServer,
+    SessionContext,
+    FlightSqlServiceClient<Channel>,
+    FlightSqlServiceClient<Channel>,
+) {
+    let tables: Vec<TableSpec> = tables
+        .iter()
+        .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
+        .collect();
+    let mut options = test_options(vec![], tables.clone());
+    options.coordinator_scan_limit = 0;
+    options.settings = [
+        "datafusion.optimizer.hash_join_single_partition_threshold",
+        "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), "0".to_string()))
+    .collect();
+    let server = coordinator_with(options).await;
+    let ctx = oracle_context(&tables).await;
+    let (on, off) = on_and_off(&server).await;
+    (server, ctx, on, off)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_sides_and_top_k_prune_the_scans_in_their_task() {
     let dir = tempfile::tempdir().unwrap();
@@ -150,24 +180,8 @@ async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below()
         "SELECT value * 1000 AS key FROM generate_series(1, 5)",
     )
     .await;
-    let tables: Vec<TableSpec> = [("sorted", &sorted), ("keys", &keys)]
-        .iter()
-        .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
-        .collect();
-    let mut options = test_options(vec![], tables.clone());
-    options.coordinator_scan_limit = 0;
-    // Every join partitioned: both inputs of each arrive by shuffle, as
-    // TPC-H q18's do at SF10.
-    options.settings = [
-        "datafusion.optimizer.hash_join_single_partition_threshold",
-        "datafusion.optimizer.hash_join_single_partition_threshold_rows",
-    ]
-    .iter()
-    .map(|k| (k.to_string(), "0".to_string()))
-    .collect();
-    let server = coordinator_with(options).await;
-    let ctx = oracle_context(&tables).await;
-    let (mut on, mut off) = on_and_off(&server).await;
+    let (server, ctx, mut on, mut off) =
+        partitioned_joins(&[("sorted", &sorted), ("keys", &keys)]).await;
 
     // The semi join's build side (five keys) filters both shuffled inputs
     // of the inner join it probes: 40,000 rows each arrive, ten pass.
@@ -211,23 +225,8 @@ async fn producers_stop_sending_the_rows_a_consumers_filter_rules_out() {
         "SELECT value * 1000 AS key FROM generate_series(1, 5)",
     )
     .await;
-    let tables: Vec<TableSpec> = [("big", &big), ("keys", &keys)]
-        .iter()
-        .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
-        .collect();
-    let mut options = test_options(vec![], tables.clone());
-    options.coordinator_scan_limit = 0;
-    // Partitioned: the 400,000 rows of `big` are shuffled to the semi join.
-    options.settings = [
-        "datafusion.optimizer.hash_join_single_partition_threshold",
-        "datafusion.optimizer.hash_join_single_partition_threshold_rows",
-    ]
-    .iter()
-    .map(|k| (k.to_string(), "0".to_string()))
-    .collect();
-    let server = coordinator_with(options).await;
-    let ctx = oracle_context(&tables).await;
-    let (mut on, mut off) = on_and_off(&server).await;
+    // The 400,000 rows of `big` are shuffled to the semi join.
+    let (server, ctx, mut on, mut off) = partitioned_joins(&[("big", &big), ("keys", &keys)]).await;
 
     // The sort makes the shuffle's producer start sending only once it has
     // all rows, by when the join's five keys are long known.
