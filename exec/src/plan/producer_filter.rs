@@ -25,15 +25,28 @@ use squadron_proto::v1::StreamFilter;
 use squadron_proto::{StreamKey, FILTER_STREAM_ACTION};
 use tokio_util::task::AbortOnDropHandle;
 
-use super::StageBinding;
 use crate::stream::filter::encode_filter;
 use crate::stream::manager::REGISTRATION_WAIT;
+use crate::stream::StreamManager;
+use squadron_net::client::PeerClients;
+use squadron_net::stream::StreamSecret;
+
+/// How a read reaches the producers of its streams (from its binding).
+#[derive(Clone)]
+pub struct Producers {
+    pub clients: PeerClients,
+    /// This worker's streams, and the URL it is known by.
+    pub local: StreamManager,
+    pub own_url: String,
+    /// Signs the streams' tickets.
+    pub secret: StreamSecret,
+}
 
 /// Starts sending `filter` to the producers of `streams` once it is
 /// complete; dropping the handle stops it (the read is gone).
 pub fn send_when_complete(
     filter: Arc<dyn PhysicalExpr>,
-    binding: StageBinding,
+    binding: Producers,
     streams: Vec<(String, StreamKey)>,
 ) -> AbortOnDropHandle<()> {
     AbortOnDropHandle::new(tokio::spawn(async move {
@@ -89,7 +102,7 @@ fn keeps_every_row(filter: &Arc<dyn PhysicalExpr>) -> bool {
 }
 
 async fn send(
-    binding: &StageBinding,
+    binding: &Producers,
     url: &str,
     key: &StreamKey,
     filter: Vec<u8>,

@@ -33,7 +33,7 @@ use squadron_proto::v1::ReadMode;
 use squadron_proto::StreamKey;
 
 use super::node_children::recomputed;
-use super::producer_filter::send_when_complete;
+use super::producer_filter::{send_when_complete, Producers};
 use crate::stream::manager::REGISTRATION_WAIT;
 use crate::stream::{PendingStream, StreamManager};
 use squadron_common::error::upstream_error;
@@ -376,10 +376,18 @@ impl ExecutionPlan for StageReadExec {
             );
         }
         let streams = self.streams_for(binding, partition)?;
+        let producers = Producers {
+            clients: binding.clients.clone(),
+            local: binding.local.clone(),
+            own_url: binding.own_url.clone(),
+            secret: binding.secret.clone(),
+        };
         let senders: Vec<_> = self
             .producer_filters
             .iter()
-            .map(|filter| send_when_complete(Arc::clone(filter), binding.clone(), streams.clone()))
+            .map(|filter| {
+                send_when_complete(Arc::clone(filter), producers.clone(), streams.clone())
+            })
             .collect();
         let fetches = streams
             .into_iter()

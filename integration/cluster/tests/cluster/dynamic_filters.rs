@@ -22,6 +22,30 @@ async fn write_parquet(path: &std::path::Path, select: &str) {
     ctx.sql(&sql).await.unwrap().collect().await.unwrap();
 }
 
+/// `keys.parquet` in `dir`: the five build keys 1000, 2000, … 5000.
+async fn write_five_keys(dir: &std::path::Path) -> std::path::PathBuf {
+    let keys = dir.join("keys.parquet");
+    write_parquet(
+        &keys,
+        "SELECT value * 1000 AS key FROM generate_series(1, 5)",
+    )
+    .await;
+    keys
+}
+
+/// Asserts every session answers `sql` as the oracle does (any order).
+async fn answers_as_oracle<const N: usize>(
+    ctx: &SessionContext,
+    sessions: [&mut FlightSqlServiceClient<Channel>; N],
+    sql: &str,
+) {
+    let expected = oracle(ctx, sql).await;
+    for client in sessions {
+        let actual = query(client, sql).await.unwrap();
+        same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{diff}"));
+    }
+}
+
 /// Two sessions of `server`: dynamic filters on (the default), and off.
 async fn on_and_off(
     server: &RunningServer,
@@ -74,12 +98,7 @@ async fn build_sides_and_top_k_prune_the_scans_in_their_task() {
     // of them.
     let sorted = dir.path().join("sorted.parquet");
     write_sorted_file(&sorted).await;
-    let keys = dir.path().join("keys.parquet");
-    write_parquet(
-        &keys,
-        "SELECT value * 1000 AS key FROM generate_series(1, 5)",
-    )
-    .await;
+    let keys = write_five_keys(dir.path()).await;
     let empty = dir.path().join("empty.parquet");
     write_parquet(
         &empty,
@@ -174,12 +193,7 @@ async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below()
     let dir = tempfile::tempdir().unwrap();
     let sorted = dir.path().join("sorted.parquet");
     write_sorted_file(&sorted).await;
-    let keys = dir.path().join("keys.parquet");
-    write_parquet(
-        &keys,
-        "SELECT value * 1000 AS key FROM generate_series(1, 5)",
-    )
-    .await;
+    let keys = write_five_keys(dir.path()).await;
     let (server, ctx, mut on, mut off) =
         partitioned_joins(&[("sorted", &sorted), ("keys", &keys)]).await;
 
@@ -187,11 +201,7 @@ async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below()
     // of the inner join it probes: 40,000 rows each arrive, ten pass.
     let sql = "SELECT count(*), sum(a.v + b.v) FROM sorted a JOIN sorted b ON a.k = b.k \
                WHERE a.k IN (SELECT key FROM keys)";
-    let expected = oracle(&ctx, sql).await;
-    for client in [&mut on, &mut off] {
-        let actual = query(client, sql).await.unwrap();
-        same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{diff}"));
-    }
+    answers_as_oracle(&ctx, [&mut on, &mut off], sql).await;
     let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
     let explained = query(&mut on, &explain).await.unwrap();
     // The semi join's filter (its keys listed); the inner join's own
@@ -219,12 +229,7 @@ async fn producers_stop_sending_the_rows_a_consumers_filter_rules_out() {
         "SELECT value AS k, value % 7 AS v FROM generate_series(1, 400000)",
     )
     .await;
-    let keys = dir.path().join("keys.parquet");
-    write_parquet(
-        &keys,
-        "SELECT value * 1000 AS key FROM generate_series(1, 5)",
-    )
-    .await;
+    let keys = write_five_keys(dir.path()).await;
     // The 400,000 rows of `big` are shuffled to the semi join.
     let (server, ctx, mut on, mut off) = partitioned_joins(&[("big", &big), ("keys", &keys)]).await;
 
@@ -232,11 +237,7 @@ async fn producers_stop_sending_the_rows_a_consumers_filter_rules_out() {
     // all rows, by when the join's five keys are long known.
     let sql = "SELECT count(*), sum(v) FROM (SELECT k, v FROM big ORDER BY v, k LIMIT 399990) \
                WHERE k IN (SELECT key FROM keys)";
-    let expected = oracle(&ctx, sql).await;
-    for client in [&mut on, &mut off] {
-        let actual = query(client, sql).await.unwrap();
-        same_rows(&actual, &expected, false).unwrap_or_else(|diff| panic!("{diff}"));
-    }
+    answers_as_oracle(&ctx, [&mut on, &mut off], sql).await;
     let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
     let explained = query(&mut on, &explain).await.unwrap();
     let received = rows_out(&explained, &["StageReadExec", "mode=shuffle"]);
