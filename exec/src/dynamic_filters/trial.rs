@@ -23,7 +23,7 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
-pub use crate::stream::filter::TRIAL_ROWS;
+use crate::stream::filter::{given_up, TRIAL_ROWS};
 
 #[derive(Debug)]
 pub struct TrialFilter {
@@ -45,8 +45,10 @@ impl TrialFilter {
     }
 
     fn given_up(&self) -> bool {
-        let seen = self.seen.load(Ordering::Relaxed);
-        seen >= TRIAL_ROWS && self.kept.load(Ordering::Relaxed) * 10 > seen * 9
+        given_up(
+            self.seen.load(Ordering::Relaxed),
+            self.kept.load(Ordering::Relaxed),
+        )
     }
 }
 

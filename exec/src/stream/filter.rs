@@ -66,6 +66,13 @@ pub fn apply_filter(filter: &dyn PhysicalExpr, batch: RecordBatch) -> (RecordBat
 /// Rows a filter is tried on before it is judged.
 pub const TRIAL_ROWS: u64 = 65_536;
 
+/// The verdict on a filter that kept `kept` of the `seen` rows it was
+/// tried on: given up when its trial is over and it kept more than nine
+/// rows in ten.
+pub fn given_up(seen: u64, kept: u64) -> bool {
+    seen >= TRIAL_ROWS && kept * 10 > seen * 9
+}
+
 /// A producer's record of how its channels' filters do: a filter that
 /// keeps more than nine rows in ten of the first `TRIAL_ROWS` it sees on a
 /// channel costs more to evaluate than it saves in sending, and is given
@@ -94,7 +101,7 @@ impl FilterTrials {
     ) -> (RecordBatch, usize) {
         let id = (channel, Arc::as_ptr(filter) as *const () as usize);
         let trial = self.trials.entry(id).or_default();
-        if trial.seen >= TRIAL_ROWS && trial.kept * 10 > trial.seen * 9 {
+        if given_up(trial.seen, trial.kept) {
             return (batch, 0);
         }
         let rows = batch.num_rows() as u64;
