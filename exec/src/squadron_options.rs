@@ -33,6 +33,8 @@ pub struct SquadronOptions {
     pub retry_policy: RetryPolicy,
     /// See `DYNAMIC_FILTERS`.
     pub dynamic_filters: bool,
+    /// See `BLOOM_FILTERS`.
+    pub bloom_filters: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -107,6 +109,13 @@ const DYNAMIC_FILTERS: (&str, &str) = (
      (--dynamic-filters)",
 );
 
+const BLOOM_FILTERS: (&str, &str) = (
+    "bloom_filters",
+    "Whether a join's dynamic filter over rows read from other stages also holds a Bloom \
+     filter of its build keys when they are too many to list, which the producing tasks \
+     apply before sending (saves network, costs a cache miss per row: off by default)",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -115,6 +124,7 @@ impl Default for SquadronOptions {
             subset_key_max_rows: DEFAULT_SUBSET_KEY_MAX_ROWS,
             retry_policy: RetryPolicy::default(),
             dynamic_filters: true,
+            bloom_filters: false,
         }
     }
 }
@@ -138,6 +148,7 @@ impl ExtensionOptions for SquadronOptions {
             k if k == REUSE_PLANS.0 => self.reuse_plans.set(k, value),
             k if k == SUBSET_KEY_MAX_ROWS.0 => self.subset_key_max_rows.set(k, value),
             k if k == DYNAMIC_FILTERS.0 => self.dynamic_filters.set(k, value),
+            k if k == BLOOM_FILTERS.0 => self.bloom_filters.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -169,6 +180,7 @@ impl ExtensionOptions for SquadronOptions {
             entry(SUBSET_KEY_MAX_ROWS, self.subset_key_max_rows.to_string()),
             entry(RETRY_POLICY, self.retry_policy.name().to_string()),
             entry(DYNAMIC_FILTERS, self.dynamic_filters.to_string()),
+            entry(BLOOM_FILTERS, self.bloom_filters.to_string()),
         ]
     }
 }

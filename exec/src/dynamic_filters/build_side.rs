@@ -44,6 +44,10 @@ pub struct BuildSideFilterExec {
     probe_keys: Vec<Arc<dyn PhysicalExpr>>,
     probe_schema: SchemaRef,
     filter: Arc<DynamicFilterPhysicalExpr>,
+    /// Whether the filter is evaluated on rows (over stage reads, at the
+    /// producers), not only used to prune scans: then it also holds a
+    /// Bloom filter of the build keys, which pruning has no use for.
+    drops_rows: bool,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -57,6 +61,7 @@ impl BuildSideFilterExec {
         probe_keys: Vec<Arc<dyn PhysicalExpr>>,
         probe_schema: SchemaRef,
         filter: Arc<DynamicFilterPhysicalExpr>,
+        drops_rows: bool,
     ) -> Self {
         Self {
             input,
@@ -64,6 +69,7 @@ impl BuildSideFilterExec {
             probe_keys,
             probe_schema,
             filter,
+            drops_rows,
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
@@ -121,6 +127,7 @@ impl ExecutionPlan for BuildSideFilterExec {
             self.probe_keys.clone(),
             Arc::clone(&self.probe_schema),
             Arc::clone(&self.filter),
+            self.drops_rows,
         )))
     }
 
@@ -155,7 +162,7 @@ impl ExecutionPlan for BuildSideFilterExec {
             build_keys: self.build_keys.clone(),
             probe_keys: self.probe_keys.clone(),
             probe_schema: Arc::clone(&self.probe_schema),
-            keys: Some(BuildKeys::new(&types)?),
+            keys: Some(BuildKeys::new(&types, self.drops_rows)?),
             filter: Arc::clone(&self.filter),
             published: MetricBuilder::new(&self.metrics).counter(FILTERS_PUBLISHED, partition),
         }))

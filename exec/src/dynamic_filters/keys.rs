@@ -23,6 +23,8 @@ use datafusion::logical_expr::{Accumulator, Operator};
 use datafusion::physical_expr::expressions::{lit, BinaryExpr, InListExpr};
 use datafusion::physical_expr::PhysicalExpr;
 
+use super::bloom::{KeyBloomBuilder, KeyBloomExpr};
+
 /// Most ranges one key's filter is made of. Each is two comparisons per
 /// row group or page checked, never per row (scans use the filter for
 /// pruning), so this is cheap; more ranges fit sparse build keys closer.
@@ -118,14 +120,20 @@ impl KeyValues {
 #[derive(Debug)]
 pub struct BuildKeys {
     keys: Vec<KeyValues>,
+    types: Vec<DataType>,
+    /// All keys together, when the filter is to drop rows by membership.
+    bloom: Option<KeyBloomBuilder>,
     rows: usize,
 }
 
 impl BuildKeys {
-    /// For build keys of `types`.
-    pub fn new(types: &[DataType]) -> Result<Self> {
+    /// For build keys of `types`; with a Bloom filter of them (`bloom`)
+    /// when the filter drops rows, not only prunes scans.
+    pub fn new(types: &[DataType], membership: bool) -> Result<Self> {
         Ok(Self {
             keys: types.iter().map(KeyValues::new).collect::<Result<_>>()?,
+            types: types.to_vec(),
+            bloom: membership.then(|| KeyBloomBuilder::new(types)).flatten(),
             rows: 0,
         })
     }
@@ -135,6 +143,9 @@ impl BuildKeys {
         self.rows += columns.first().map_or(0, |c| c.len());
         for (key, values) in self.keys.iter_mut().zip(columns) {
             key.update(values)?;
+        }
+        if let Some(bloom) = &mut self.bloom {
+            bloom.insert(columns)?;
         }
         Ok(())
     }
@@ -160,10 +171,47 @@ impl BuildKeys {
                 None => return Ok(lit(false)),
             }
         }
+        if let Some(bloom) = self.membership(probe_keys, probe_schema)? {
+            conjuncts.push(bloom);
+        }
         Ok(conjuncts
             .into_iter()
             .reduce(|a, b| binary(a, Operator::And, b))
             .unwrap_or_else(|| lit(true)))
+    }
+}
+
+impl BuildKeys {
+    /// The Bloom filter of the build keys over `probe_keys`, unless every
+    /// key is already listed exactly (`IN`), or the probe keys' types
+    /// differ from the build keys' (their bytes would differ too).
+    fn membership(
+        &mut self,
+        probe_keys: &[Arc<dyn PhysicalExpr>],
+        probe_schema: &Schema,
+    ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        let listed = |key: &KeyValues| {
+            key.distinct
+                .as_ref()
+                .is_some_and(|distinct| distinct.len() <= MAX_LISTED)
+        };
+        if self.keys.iter().all(listed) {
+            return Ok(None);
+        }
+        let probe_types = probe_keys
+            .iter()
+            .map(|key| key.data_type(probe_schema))
+            .collect::<Result<Vec<_>>>()?;
+        if probe_types != self.types {
+            return Ok(None);
+        }
+        let Some(bloom) = self.bloom.take().and_then(KeyBloomBuilder::finish) else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(KeyBloomExpr::new(
+            probe_keys.to_vec(),
+            Arc::new(bloom),
+        ))))
     }
 }
 
@@ -274,7 +322,7 @@ mod tests {
     #[test]
     fn keeps_every_matching_probe_key_and_drops_the_gaps() {
         let schema = probe_schema();
-        let mut keys = BuildKeys::new(&[DataType::Int32]).unwrap();
+        let mut keys = BuildKeys::new(&[DataType::Int32], false).unwrap();
         // Two clusters far apart, and a NULL build key (matches nothing).
         let build: ArrayRef = Arc::new(Int32Array::from(vec![
             Some(10),
@@ -305,7 +353,7 @@ mod tests {
     #[test]
     fn many_sparse_keys_fit_in_few_ranges_that_still_cover_them() {
         let schema = probe_schema();
-        let mut keys = BuildKeys::new(&[DataType::Int32]).unwrap();
+        let mut keys = BuildKeys::new(&[DataType::Int32], false).unwrap();
         let build: Vec<i32> = (0..500).map(|i| i * 37 % 10_007 * 3).collect();
         keys.update(&[Arc::new(Int32Array::from(build.clone())) as ArrayRef])
             .unwrap();
@@ -324,7 +372,7 @@ mod tests {
     fn an_empty_or_all_null_build_side_keeps_nothing() {
         let schema = probe_schema();
         for build in [vec![], vec![None, None]] {
-            let mut keys = BuildKeys::new(&[DataType::Int32]).unwrap();
+            let mut keys = BuildKeys::new(&[DataType::Int32], false).unwrap();
             keys.update(&[Arc::new(Int32Array::from(build)) as ArrayRef])
                 .unwrap();
             let filter = keys
@@ -335,9 +383,35 @@ mod tests {
     }
 
     #[test]
+    fn many_build_keys_are_also_filtered_by_membership_unless_types_differ() {
+        let schema = probe_schema();
+        let build: Vec<i32> = (0..10_000).map(|i| i * 5).collect();
+        let probe_key = [col("k", &schema).unwrap()];
+        let filter_of = |membership: bool, types: &[DataType]| {
+            let mut keys = BuildKeys::new(types, membership).unwrap();
+            let column = Arc::new(Int32Array::from(build.clone())) as ArrayRef;
+            keys.update(&[cast(&column, &types[0]).unwrap()]).unwrap();
+            keys.probe_filter(&probe_key, &schema).unwrap()
+        };
+        let with_bloom = filter_of(true, &[DataType::Int32]);
+        let probe: Vec<Option<i32>> = (0..50_000).map(Some).collect();
+        let kept = kept(&with_bloom, probe.clone());
+        assert!(build.iter().all(|k| kept.contains(&Some(*k))));
+        assert!(kept.len() < 10_000 + 800, "{} kept", kept.len());
+        // Without membership (a filter only pruning scans), or when the
+        // build keys' bytes would not be the probe keys': ranges only.
+        for filter in [
+            filter_of(false, &[DataType::Int32]),
+            filter_of(true, &[DataType::Int64]),
+        ] {
+            assert!(!filter.to_string().contains("bloom"), "{filter}");
+        }
+    }
+
+    #[test]
     fn non_integer_keys_are_filtered_by_their_range() {
         let schema = probe_schema();
-        let mut keys = BuildKeys::new(&[DataType::Utf8]).unwrap();
+        let mut keys = BuildKeys::new(&[DataType::Utf8], false).unwrap();
         keys.update(&[Arc::new(StringArray::from(vec!["b", "d"])) as ArrayRef])
             .unwrap();
         let filter = keys

@@ -26,13 +26,16 @@
 //! build side of an inner join below whose inputs are shuffle reads), the
 //! filter follows it there and a `FilterExec` over each stage read drops
 //! the rows it rules out (`stage_reads`): for that the filter also lists
-//! the build keys when there are at most 4,096 (`key IN (…)`).
+//! the build keys when there are at most 4,096 (`key IN (…)`), and, with
+//! `squadron.bloom_filters`, holds a Bloom filter of them when there are
+//! more (`bloom`).
 //!
 //! The filter arrives before the probe side is read: a hash join reads
 //! its probe side only once its build side is collected, and its probe
 //! side is executed (its scans opened) only then (`DeferredExec`). What crosses stages is not covered here: a probe side
 //! scanned in another stage (a partitioned join's shuffle) is not pruned.
 
+mod bloom;
 mod build_side;
 mod deferred;
 mod keys;
@@ -57,6 +60,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
+pub use bloom::KeyBloomExpr;
 pub use build_side::{BuildSideFilterExec, FILTERS_PUBLISHED};
 pub use deferred::DeferredExec;
 pub use keys::{BuildKeys, MAX_LISTED, MAX_RANGES};
@@ -70,9 +74,11 @@ pub fn with_dynamic_filters(
     task_plan: Arc<dyn ExecutionPlan>,
     options: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    if !SquadronOptions::of(options).dynamic_filters {
+    let squadron = SquadronOptions::of(options);
+    if !squadron.dynamic_filters {
         return Ok(task_plan);
     }
+    let bloom_filters = squadron.bloom_filters;
     let mut config = options.clone();
     let optimizer = &mut config.optimizer;
     optimizer.enable_join_dynamic_filter_pushdown = true;
@@ -137,6 +143,7 @@ pub fn with_dynamic_filters(
             probe_keys,
             join.right().schema(),
             filter,
+            bloom_filters && read.is_some(),
         ));
         let mut probe = read.unwrap_or_else(|| Arc::clone(join.right()));
         if scanned {
