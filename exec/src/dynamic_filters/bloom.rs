@@ -22,7 +22,9 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder};
+use datafusion::arrow::array::{
+    Array, ArrayData, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder,
+};
 use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer};
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -43,8 +45,8 @@ pub const MAX_BLOOM_KEYS: usize = 3_000_000;
 /// The false positive rate the filter is folded down to.
 const TARGET_FPP: f64 = 0.01;
 
-/// Smallest and largest bit sets accepted from the wire: one block of
-/// 32 bytes, and the size a filter is built at.
+/// The size of one block of the filter; a bit set from the wire is a
+/// power of two of them, at most `BUILDING_BYTES`.
 const BLOCK_BYTES: usize = 32;
 
 /// Collects build keys into a Bloom filter.
@@ -126,7 +128,7 @@ fn for_each_key_row(
         [column] if fixed_width(column.data_type()).is_some() => {
             let width = fixed_width(column.data_type()).unwrap_or(1);
             let data = column.to_data();
-            let values = &data.buffers()[0].as_slice()[data.offset() * width..];
+            let values = value_bytes(&data, width);
             for (i, bytes) in values.chunks_exact(width).take(column.len()).enumerate() {
                 call(i, bytes);
             }
@@ -149,6 +151,12 @@ fn for_each_key_row(
         }
     }
     Ok(called)
+}
+
+/// The bytes of a fixed-width array's values from its first, `width`
+/// each: the key bytes of both `for_each_key_row` and `check_fixed_width`.
+fn value_bytes(data: &ArrayData, width: usize) -> &[u8] {
+    &data.buffers()[0].as_slice()[data.offset() * width..]
 }
 
 /// The byte width of the values of a primitive type (integers, dates,
@@ -206,7 +214,7 @@ impl KeyBloomExpr {
     /// filter of a million keys is larger than a core's cache).
     fn check_fixed_width(&self, column: &ArrayRef, width: usize) -> ColumnarValue {
         let data = column.to_data();
-        let values = &data.buffers()[0].as_slice()[data.offset() * width..];
+        let values = value_bytes(&data, width);
         let present = BooleanBuffer::collect_bool(column.len(), |i| {
             self.bloom.check(&values[i * width..(i + 1) * width])
         });
