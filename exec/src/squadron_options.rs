@@ -35,6 +35,8 @@ pub struct SquadronOptions {
     pub dynamic_filters: bool,
     /// See `BLOOM_FILTERS`.
     pub bloom_filters: bool,
+    /// See `JOIN_REORDER`.
+    pub join_reorder: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -116,6 +118,13 @@ const BLOOM_FILTERS: (&str, &str) = (
      apply before sending (saves network, costs a cache miss per row: off by default)",
 );
 
+const JOIN_REORDER: (&str, &str) = (
+    "join_reorder",
+    "Whether inner joins are put in the order their tables' statistics (Parquet row counts \
+     and key ranges, narrowed by filters) say makes the fewest intermediate rows, rather \
+     than the order the query lists them (EXPLAIN shows both)",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -125,6 +134,7 @@ impl Default for SquadronOptions {
             retry_policy: RetryPolicy::default(),
             dynamic_filters: true,
             bloom_filters: false,
+            join_reorder: true,
         }
     }
 }
@@ -149,6 +159,7 @@ impl ExtensionOptions for SquadronOptions {
             k if k == SUBSET_KEY_MAX_ROWS.0 => self.subset_key_max_rows.set(k, value),
             k if k == DYNAMIC_FILTERS.0 => self.dynamic_filters.set(k, value),
             k if k == BLOOM_FILTERS.0 => self.bloom_filters.set(k, value),
+            k if k == JOIN_REORDER.0 => self.join_reorder.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -181,6 +192,7 @@ impl ExtensionOptions for SquadronOptions {
             entry(RETRY_POLICY, self.retry_policy.name().to_string()),
             entry(DYNAMIC_FILTERS, self.dynamic_filters.to_string()),
             entry(BLOOM_FILTERS, self.bloom_filters.to_string()),
+            entry(JOIN_REORDER, self.join_reorder.to_string()),
         ]
     }
 }

@@ -11,6 +11,7 @@ pub mod cut;
 pub mod encode;
 pub mod file_group_partitions;
 pub mod job_graph;
+pub mod join_order;
 pub mod local;
 pub mod one_partition;
 pub mod passed_columns;

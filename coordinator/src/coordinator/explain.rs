@@ -1,4 +1,5 @@
-//! EXPLAIN: DataFusion's rows, then where the statement runs and its
+//! EXPLAIN: DataFusion's rows, then the join orders weighed
+//! (`planner::join_order`), where the statement runs and its
 //! stages (VERBOSE: the plan after each distributed pass too).
 
 use std::sync::Arc;
@@ -37,7 +38,14 @@ impl Coordinator {
         // VERBOSE adds the plan after each distributed pass
         // (`squadron_planner::pipeline`), as DataFusion's rows show
         // it after each of its rules.
-        let mut rows = vec![];
+        let optimized = state.optimize(&explain.plan).map_err(Error::from)?;
+        let mut rows: Vec<(String, String)> =
+            squadron_planner::join_order::describe(&optimized, &state)
+                .await
+                .map_err(Error::from)?
+                .into_iter()
+                .map(|decision| ("join_order".to_string(), decision))
+                .collect();
         match self.runs_here(&inner, session) {
             Some(_) => rows.push((
                 "distributed_plan".to_string(),
