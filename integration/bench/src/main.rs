@@ -92,6 +92,10 @@ struct Args {
     /// either way (one EXPLAIN ANALYZE each, outside the timings).
     #[arg(long)]
     dynamic_filters_ab: bool,
+    /// The same with `squadron.join_reorder` off (joins in the order the
+    /// query lists them) instead.
+    #[arg(long, conflicts_with = "dynamic_filters_ab")]
+    join_reorder_ab: bool,
     /// Run the cluster secured: client TLS with a password login, mutual
     /// TLS between coordinator and workers (certificates made for the run).
     #[arg(long)]
@@ -243,13 +247,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Some(python) => Some(duckdb::DuckDb::start(python, &tables)?),
             None => None,
         };
-        let mut without_filters = match args.dynamic_filters_ab {
+        let mut without_filters = match args.dynamic_filters_ab || args.join_reorder_ab {
             true => Some(cluster.client().await?),
             false => None,
         };
         let others = tpch::Others {
             duckdb: duckdb.as_mut(),
             without_filters: without_filters.as_mut(),
+            switched_off: match args.join_reorder_ab {
+                true => "squadron.join_reorder",
+                false => "squadron.dynamic_filters",
+            },
         };
         results.insert("tpch".into(), run.run(&mut client, others).await?);
     }

@@ -30,8 +30,11 @@ pub struct TpchRun<'a> {
 /// What else runs beside Squadron and DataFusion.
 pub struct Others<'a> {
     pub duckdb: Option<&'a mut DuckDb>,
-    /// A session with `squadron.dynamic_filters` off.
+    /// A session with the setting `switched_off` off.
     pub without_filters: Option<&'a mut Client>,
+    /// The `squadron.*` setting that session turns off
+    /// (`squadron.dynamic_filters`, `squadron.join_reorder`).
+    pub switched_off: &'static str,
 }
 
 /// One query's medians (and totals, summed).
@@ -93,7 +96,8 @@ impl Figures {
         println!("{line}");
     }
 
-    fn json(&self, name: &str) -> Value {
+    fn json(&self, name: &str, switched_off: &str) -> Value {
+        let off = switched_off.trim_start_matches("squadron.");
         let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
         let mut figures = json!({
             "query": name,
@@ -106,11 +110,11 @@ impl Figures {
             figures["ratio_to_duckdb"] = json!(ratio(self.squadron, duckdb));
         }
         if let Some(without) = self.without_filters {
-            figures["squadron_without_dynamic_filters_ms"] = json!(ms(without));
+            figures[format!("squadron_without_{off}_ms")] = json!(ms(without));
         }
         if let Some((with, without)) = self.scanned {
             figures["rows_scanned"] = json!(with);
-            figures["rows_scanned_without_dynamic_filters"] = json!(without);
+            figures[format!("rows_scanned_without_{off}")] = json!(without);
         }
         figures
     }
@@ -127,7 +131,7 @@ fn header(others: &Others) -> String {
     if others.without_filters.is_some() {
         line += &format!(
             " {:>13} {:>8} {:>12} {:>12}",
-            "no-filter ms", "vs no-f", "scanned", "scanned no-f"
+            "without ms", "vs w/o", "scanned", "scanned w/o"
         );
     }
     line + &format!(" {:>18}", "df squadron-cfg ms")
@@ -145,7 +149,7 @@ impl TpchRun<'_> {
             t.register(&ctx_cfg).await?;
         }
         if let Some(without) = others.without_filters.as_deref_mut() {
-            flight::collect(without, "SET squadron.dynamic_filters = false").await?;
+            flight::collect(without, &format!("SET {} = false", others.switched_off)).await?;
         }
         println!("{}", header(&others));
         let mut per_query = vec![];
@@ -158,7 +162,7 @@ impl TpchRun<'_> {
                 .await?;
             total.add(&figures);
             figures.print(&name);
-            per_query.push(figures.json(&name));
+            per_query.push(figures.json(&name, others.switched_off));
         }
         total.print("total");
         Ok(json!({
@@ -166,7 +170,7 @@ impl TpchRun<'_> {
             "answers_checked": true,
             "duckdb_version": others.duckdb.as_ref().map(|d| d.version.clone()),
             "queries": per_query,
-            "total": total.json("total"),
+            "total": total.json("total", others.switched_off),
         }))
     }
 
@@ -224,7 +228,7 @@ impl TpchRun<'_> {
             }
             if let Some(got) = without_answer {
                 same_rows(&got, &expected, is_ordered(sql)).map_err(|e| {
-                    anyhow::anyhow!("{name}: wrong answer without dynamic filters: {e}")
+                    anyhow::anyhow!("{name}: wrong answer without {}: {e}", others.switched_off)
                 })?;
             }
         }

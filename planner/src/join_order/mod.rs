@@ -23,7 +23,8 @@ use datafusion::common::Result;
 use datafusion::execution::context::QueryPlanner;
 use std::collections::HashSet;
 
-use datafusion::common::Column;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{internal_datafusion_err, Column};
 use datafusion::logical_expr::{Expr, LogicalPlan, Projection};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
@@ -56,7 +57,15 @@ impl QueryPlanner for JoinOrderPlanner {
         if !SquadronOptions::of(session.config_options()).join_reorder {
             return planner.create_physical_plan(plan, session).await;
         }
-        let reordered = reorder_joins(plan, session, &mut vec![]).await?;
+        // A region the rewrite cannot rebuild keeps the written order
+        // rather than failing the query.
+        let reordered = match reorder_joins(plan, session, &mut vec![]).await {
+            Ok(reordered) => reordered,
+            Err(e) => {
+                tracing::warn!(error = %e, "join order kept as written");
+                plan.clone()
+            }
+        };
         planner.create_physical_plan(&reordered, session).await
     }
 }
@@ -152,7 +161,18 @@ async fn rewrite_children(
     if !changed {
         return Ok(plan.clone());
     }
-    plan.with_new_exprs(plan.expressions(), children)
+    // The same node over the new children, in the order `inputs` gave.
+    let mut children = children.into_iter();
+    let rebuilt = plan
+        .clone()
+        .map_children(|_| {
+            children
+                .next()
+                .map(Transformed::yes)
+                .ok_or_else(|| internal_datafusion_err!("fewer children than inputs"))
+        })?
+        .data;
+    Ok(rebuilt)
 }
 
 /// `region` joined in its cheapest order, its output cut to `output`;
