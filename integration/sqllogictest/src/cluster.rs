@@ -19,9 +19,11 @@ pub enum Mode {
     /// No broadcast joins: every equi-join's inputs are hash-partitioned
     /// across tasks, so the exchange carries both sides.
     Partitioned,
-    /// The shipped settings with `squadron.dynamic_filters` off.
+    /// The shipped settings with `squadron.dynamic_filters` and
+    /// `squadron.join_reorder` off (joins in the order the query lists).
     DefaultNoFilters,
-    /// Partitioned joins with `squadron.dynamic_filters` off.
+    /// Partitioned joins with `squadron.dynamic_filters` and
+    /// `squadron.join_reorder` off.
     PartitionedNoFilters,
 }
 
@@ -33,8 +35,9 @@ impl Mode {
         ]
         .iter()
         .map(|key| (key.to_string(), "0".to_string()));
-        let no_filters =
-            std::iter::once(("squadron.dynamic_filters".to_string(), "false".to_string()));
+        let no_filters = ["squadron.dynamic_filters", "squadron.join_reorder"]
+            .iter()
+            .map(|key| (key.to_string(), "false".to_string()));
         match self {
             Mode::Default => vec![],
             Mode::Partitioned => partitioned.collect(),

@@ -46,7 +46,8 @@ pub async fn estimate_leaf(leaf: &LogicalPlan, session: &dyn Session) -> Option<
                 let index = schema.index_of(&column.name).ok();
                 let stats = index.and_then(|i| whole.column_statistics.get(i));
                 if let (Some(stats), Some(table_rows)) = (stats, table_rows) {
-                    table_distinct.insert(column.clone(), distinct_values(stats, table_rows.max(1.0)));
+                    table_distinct
+                        .insert(column.clone(), distinct_values(stats, table_rows.max(1.0)));
                 }
             }
         }
@@ -125,8 +126,14 @@ mod tests {
             ScalarValue::Utf8(Some("z".into())),
         );
         assert_eq!(distinct_values(&names, 100.0), 100.0);
-        assert_eq!(distinct_values(&ColumnStatistics::new_unknown(), 42.0), 42.0);
-        let prices = ranged(ScalarValue::Float64(Some(0.0)), ScalarValue::Float64(Some(1.0)));
+        assert_eq!(
+            distinct_values(&ColumnStatistics::new_unknown(), 42.0),
+            42.0
+        );
+        let prices = ranged(
+            ScalarValue::Float64(Some(0.0)),
+            ScalarValue::Float64(Some(1.0)),
+        );
         assert_eq!(distinct_values(&prices, 100.0), 100.0);
     }
 }

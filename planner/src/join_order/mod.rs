@@ -112,8 +112,11 @@ fn rewrite<'a>(
             if let Some(region) = join.and_then(Region::of) {
                 let output: Vec<Column> = match over {
                     Some(projection) => {
-                        let used: HashSet<&Column> =
-                            projection.expr.iter().flat_map(|e| e.column_refs()).collect();
+                        let used: HashSet<&Column> = projection
+                            .expr
+                            .iter()
+                            .flat_map(|e| e.column_refs())
+                            .collect();
                         join.into_iter()
                             .flat_map(|j| j.schema.columns())
                             .filter(|c| used.contains(c))

@@ -6,12 +6,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNode;
+use datafusion::common::NullEquality;
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::utils::split_conjunction_owned;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Join, JoinType, LogicalPlan, Operator, Projection,
 };
-use datafusion::common::NullEquality;
 
 /// Most leaves a region is reordered with: the search visits every
 /// connected split of every subset (3^n).
@@ -149,7 +149,8 @@ impl Region {
 fn equal_classes(pairs: Vec<(Column, Column)>) -> Vec<Vec<Column>> {
     let mut classes: Vec<Vec<Column>> = vec![];
     for (l, r) in pairs {
-        let find = |c: &Column, classes: &Vec<Vec<Column>>| classes.iter().position(|k| k.contains(c));
+        let find =
+            |c: &Column, classes: &Vec<Vec<Column>>| classes.iter().position(|k| k.contains(c));
         match (find(&l, &classes), find(&r, &classes)) {
             (Some(a), Some(b)) if a == b => {}
             (Some(a), Some(b)) => {
@@ -300,16 +301,26 @@ pub fn build(
                     continue;
                 }
                 if sa & l != 0 && sb & r != 0 {
-                    on.push((Expr::Column(e.left.1.clone()), Expr::Column(e.right.1.clone())));
+                    on.push((
+                        Expr::Column(e.left.1.clone()),
+                        Expr::Column(e.right.1.clone()),
+                    ));
                 } else if sa & r != 0 && sb & l != 0 {
-                    on.push((Expr::Column(e.right.1.clone()), Expr::Column(e.left.1.clone())));
+                    on.push((
+                        Expr::Column(e.right.1.clone()),
+                        Expr::Column(e.left.1.clone()),
+                    ));
                 }
             }
             let both = sa | sb;
             let applied: Vec<Expr> = region
                 .conditions
                 .iter()
-                .filter(|c| c.leaves & both == c.leaves && c.leaves & sa != c.leaves && c.leaves & sb != c.leaves)
+                .filter(|c| {
+                    c.leaves & both == c.leaves
+                        && c.leaves & sa != c.leaves
+                        && c.leaves & sb != c.leaves
+                })
                 .map(|c| c.expr.clone())
                 .collect();
             let filter = applied.into_iter().reduce(Expr::and);
@@ -337,7 +348,10 @@ pub fn build(
                 .chain(region.equalities.iter().flat_map(|e| {
                     let inside = (1u32 << e.left.0 | 1u32 << e.right.0) & both;
                     let crosses = inside.count_ones() == 1;
-                    crosses.then(|| [e.left.1.clone(), e.right.1.clone()]).into_iter().flatten()
+                    crosses
+                        .then(|| [e.left.1.clone(), e.right.1.clone()])
+                        .into_iter()
+                        .flatten()
                 }))
                 .collect();
             let kept: Vec<Expr> = joined

@@ -88,7 +88,11 @@ impl<'a> Model<'a> {
         }
         let keys_a = classes.values().map(|c| c.0).product::<f64>().min(a.rows);
         let keys_b = classes.values().map(|c| c.1).product::<f64>().min(b.rows);
-        let divisor = if classes.is_empty() { 1.0 } else { keys_a.max(keys_b) };
+        let divisor = if classes.is_empty() {
+            1.0
+        } else {
+            keys_a.max(keys_b)
+        };
         let rows = (a.rows * b.rows / divisor).max(1.0);
         let mut distinct: HashMap<Column, f64> = a
             .distinct

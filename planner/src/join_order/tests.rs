@@ -103,16 +103,24 @@ async fn the_filtered_dimension_is_joined_first_and_answers_do_not_change() {
     let text = displayable(plan.as_ref()).indent(false).to_string();
     let inner = inner_join(&text);
     assert!(
-        inner.contains("dim.parquet") && inner.contains("grp.parquet") && !inner.contains("fact.parquet"),
+        inner.contains("dim.parquet")
+            && inner.contains("grp.parquet")
+            && !inner.contains("fact.parquet"),
         "{text}"
     );
     let written_plan = physical_plan(&written, SNOWFLAKE).await;
     let written_text = displayable(written_plan.as_ref()).indent(false).to_string();
-    assert!(inner_join(&written_text).contains("fact.parquet"), "{written_text}");
+    assert!(
+        inner_join(&written_text).contains("fact.parquet"),
+        "{written_text}"
+    );
 
     let expected = answer(&written, SNOWFLAKE).await;
     assert_eq!(answer(&reordered, SNOWFLAKE).await, expected);
-    assert!(expected.iter().any(|line| line.contains("g7")), "{expected:?}");
+    assert!(
+        expected.iter().any(|line| line.contains("g7")),
+        "{expected:?}"
+    );
     // Switched off, the written order is kept and nothing is weighed.
     assert!(decisions(&written, SNOWFLAKE).await.is_empty());
 }
@@ -140,7 +148,11 @@ async fn orders_the_model_cannot_improve_or_cannot_build_are_kept() {
     assert!(decisions(&ctx, outer).await.is_empty());
     for sql in [cheapest, crossed, outer] {
         let written = snowflake(dir.path(), false).await;
-        assert_eq!(answer(&ctx, sql).await, answer(&written, sql).await, "{sql}");
+        assert_eq!(
+            answer(&ctx, sql).await,
+            answer(&written, sql).await,
+            "{sql}"
+        );
     }
 }
 
@@ -152,7 +164,9 @@ async fn a_region_inside_a_subquery_is_reordered_too() {
     let sql = format!("SELECT o_id, (SELECT n FROM ({SNOWFLAKE})) AS n FROM other ORDER BY o_id");
     let decided = decisions(&ctx, &sql).await;
     assert!(
-        decided.iter().any(|d| d.contains("chosen: (fact ⋈ (dim ⋈ grp))")),
+        decided
+            .iter()
+            .any(|d| d.contains("chosen: (fact ⋈ (dim ⋈ grp))")),
         "{decided:?}"
     );
     assert_eq!(answer(&ctx, &sql).await, answer(&written, &sql).await);

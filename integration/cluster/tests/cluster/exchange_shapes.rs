@@ -115,15 +115,22 @@ const PARTITIONED: [(&str, &str); 2] = [
     ),
 ];
 const NO_DYNAMIC_FILTERS: (&str, &str) = ("squadron.dynamic_filters", "false");
+const NO_JOIN_REORDER: (&str, &str) = ("squadron.join_reorder", "false");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn default_join_modes_without_dynamic_filters() {
-    run_all(&[NO_DYNAMIC_FILTERS]).await;
+async fn default_join_modes_without_dynamic_filters_or_join_reorder() {
+    run_all(&[NO_DYNAMIC_FILTERS, NO_JOIN_REORDER]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn partitioned_hash_joins_without_dynamic_filters() {
-    run_all(&[PARTITIONED[0], PARTITIONED[1], NO_DYNAMIC_FILTERS]).await;
+async fn partitioned_hash_joins_without_dynamic_filters_or_join_reorder() {
+    run_all(&[
+        PARTITIONED[0],
+        PARTITIONED[1],
+        NO_DYNAMIC_FILTERS,
+        NO_JOIN_REORDER,
+    ])
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ mod exchange_shapes;
 mod fault_tolerant;
 mod graceful_shutdown;
 mod job_graph_snapshots;
+mod join_order;
 mod lifecycle;
 mod poll_and_schema;
 mod pruned_ranges;
