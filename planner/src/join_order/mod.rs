@@ -66,7 +66,16 @@ impl QueryPlanner for JoinOrderPlanner {
                 plan.clone()
             }
         };
-        planner.create_physical_plan(&reordered, session).await
+        if &reordered == plan {
+            return planner.create_physical_plan(plan, session).await;
+        }
+        match planner.create_physical_plan(&reordered, session).await {
+            Ok(physical) => Ok(physical),
+            Err(e) => {
+                tracing::warn!(error = %e, "reordered joins not planned; written order kept");
+                planner.create_physical_plan(plan, session).await
+            }
+        }
     }
 }
 

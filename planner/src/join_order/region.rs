@@ -105,6 +105,24 @@ impl Region {
             }
             conditions.push(Condition { expr, leaves: read });
         }
+        // Keys of different types (a dictionary and its values) are
+        // compared through casts a rebuilt join would not repeat.
+        let type_of = |c: &Column| {
+            let leaf = &leaves[leaf_of(c)?];
+            Some(
+                leaf.schema()
+                    .qualified_field_from_column(c)
+                    .ok()?
+                    .1
+                    .data_type()
+                    .clone(),
+            )
+        };
+        for (l, r) in &pairs {
+            if type_of(l)? != type_of(r)? {
+                return None;
+            }
+        }
         let mut equalities = vec![];
         for (class, columns) in equal_classes(pairs).into_iter().enumerate() {
             let located = columns
