@@ -68,10 +68,13 @@ impl Region {
         if !reorderable(join) {
             return None;
         }
-        let mut leaves = vec![];
-        let mut pairs = vec![];
-        let mut filters = vec![];
-        let written = flatten_join(join, &mut leaves, &mut pairs, &mut filters);
+        let mut pieces = Pieces::default();
+        let written = pieces.join(join);
+        let Pieces {
+            leaves,
+            mut pairs,
+            filters,
+        } = pieces;
         if leaves.len() < 3 || leaves.len() > MAX_LEAVES {
             return None;
         }
@@ -200,40 +203,41 @@ fn reorderable(join: &Join) -> bool {
             .is_none_or(|f| !f.is_volatile() && !has_subquery(f))
 }
 
-fn flatten_join(
-    join: &Join,
-    leaves: &mut Vec<LogicalPlan>,
-    pairs: &mut Vec<(Column, Column)>,
-    filters: &mut Vec<Expr>,
-) -> Shape {
-    for (l, r) in &join.on {
-        if let (Expr::Column(l), Expr::Column(r)) = (l, r) {
-            pairs.push((l.clone(), r.clone()));
-        }
-    }
-    filters.extend(join.filter.clone());
-    let left = flatten(&join.left, leaves, pairs, filters);
-    let right = flatten(&join.right, leaves, pairs, filters);
-    Shape::Join(Box::new(left), Box::new(right))
+/// What flattening a region collects: its leaves, the column pairs its
+/// joins hold equal, and their other conditions.
+#[derive(Default)]
+struct Pieces {
+    leaves: Vec<LogicalPlan>,
+    pairs: Vec<(Column, Column)>,
+    filters: Vec<Expr>,
 }
 
-/// Flattens through reorderable joins and projections that only pick
-/// columns (what projection pushdown leaves between joins); anything else
-/// is a leaf.
-fn flatten(
-    plan: &LogicalPlan,
-    leaves: &mut Vec<LogicalPlan>,
-    pairs: &mut Vec<(Column, Column)>,
-    filters: &mut Vec<Expr>,
-) -> Shape {
-    match plan {
-        LogicalPlan::Join(join) if reorderable(join) => flatten_join(join, leaves, pairs, filters),
-        LogicalPlan::Projection(Projection { input, .. }) if in_region(plan) => {
-            flatten(input, leaves, pairs, filters)
+impl Pieces {
+    fn join(&mut self, join: &Join) -> Shape {
+        for (l, r) in &join.on {
+            if let (Expr::Column(l), Expr::Column(r)) = (l, r) {
+                self.pairs.push((l.clone(), r.clone()));
+            }
         }
-        leaf => {
-            leaves.push(leaf.clone());
-            Shape::Leaf(leaves.len() - 1)
+        self.filters.extend(join.filter.clone());
+        let left = self.plan(&join.left);
+        let right = self.plan(&join.right);
+        Shape::Join(Box::new(left), Box::new(right))
+    }
+
+    /// Flattens through reorderable joins and projections that only pick
+    /// columns (what projection pushdown leaves between joins); anything
+    /// else is a leaf.
+    fn plan(&mut self, plan: &LogicalPlan) -> Shape {
+        match plan {
+            LogicalPlan::Join(join) if reorderable(join) => self.join(join),
+            LogicalPlan::Projection(Projection { input, .. }) if in_region(plan) => {
+                self.plan(input)
+            }
+            leaf => {
+                self.leaves.push(leaf.clone());
+                Shape::Leaf(self.leaves.len() - 1)
+            }
         }
     }
 }
