@@ -1,6 +1,8 @@
 //! What each leaf of a join region is expected to hold: its rows and the
 //! distinct values of its join keys, from the statistics of its physical
-//! plan (Parquet footers, narrowed by its filters).
+//! plan (Parquet footers, narrowed by its filters), with
+//! `squadron.join_reorder_samples` its rows measured on a sample where a
+//! filter the statistics cannot weigh decides them (`sample`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +13,10 @@ use datafusion::common::{Column, ColumnStatistics};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
+
+use squadron_exec::squadron_options::SquadronOptions;
+
+use super::sample::sampled_rows;
 
 /// A leaf's expected rows and its columns' distinct values, and where
 /// the leaf reads one table, those values in the whole table (before the
@@ -28,11 +34,17 @@ pub async fn estimate_leaf(leaf: &LogicalPlan, session: &dyn Session) -> Option<
         .create_physical_plan(leaf, session)
         .await
         .ok()?;
+    // Before the statistics: their context is not `Send`.
+    let sampled = match SquadronOptions::of(session.config_options()).join_reorder_samples {
+        true => sampled_rows(&physical, session).await,
+        false => None,
+    };
     let context = StatisticsContext::new();
     let statistics = context
         .compute(physical.as_ref(), &StatisticsArgs::new())
         .ok()?;
-    let rows = (*statistics.num_rows.get_value()? as f64).max(1.0);
+    let estimated = *statistics.num_rows.get_value()? as f64;
+    let rows = sampled.unwrap_or(estimated).max(1.0);
     let columns = leaf.schema().columns();
     if columns.len() != statistics.column_statistics.len() {
         return None;

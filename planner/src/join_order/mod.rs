@@ -11,6 +11,7 @@
 
 mod estimate;
 mod region;
+mod sample;
 mod search;
 #[cfg(test)]
 mod tests;

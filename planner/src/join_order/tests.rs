@@ -17,6 +17,7 @@ use crate::test_tables::{physical_plan, sorted_lines};
 async fn snowflake(dir: &std::path::Path, join_reorder: bool) -> SessionContext {
     let options = SquadronOptions {
         join_reorder,
+        join_reorder_samples: true,
         ..SquadronOptions::default()
     };
     let config = with_squadron_options(crate::context::coordinator_session_config(2), options);
@@ -170,4 +171,55 @@ async fn a_region_inside_a_subquery_is_reordered_too() {
         "{decided:?}"
     );
     assert_eq!(answer(&ctx, &sql).await, answer(&written, &sql).await);
+}
+
+/// A `LIKE` keeps 1 % of 100,000 rows: statistics cannot weigh it (20 %),
+/// the sample measures it.
+#[tokio::test]
+async fn a_filter_statistics_cannot_weigh_is_measured_on_a_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = snowflake(dir.path(), true).await;
+    let file = dir.path().join("named.parquet");
+    for sql in [
+        format!(
+            "COPY (SELECT value AS n_id, CASE WHEN value % 100 = 0 THEN 'green ' ELSE 'blue ' END \
+             || value AS n_name FROM generate_series(1, 100000)) TO '{}' STORED AS PARQUET",
+            file.display()
+        ),
+        format!(
+            "CREATE EXTERNAL TABLE named STORED AS PARQUET LOCATION '{}'",
+            file.display()
+        ),
+    ] {
+        ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    }
+    let state = ctx.state();
+    let leaf = |sql: &'static str| {
+        let state = state.clone();
+        async move {
+            let logical = state.create_logical_plan(sql).await.unwrap();
+            state.optimize(&logical).unwrap()
+        }
+    };
+    let green = leaf("SELECT n_id FROM named WHERE n_name LIKE '%green%'").await;
+    let rows = super::estimate::estimate_leaf(&green, &state)
+        .await
+        .unwrap()
+        .rows;
+    assert!((500.0..=2_000.0).contains(&rows), "{rows}");
+    // A range of a sorted column is weighed by the statistics (the first
+    // rows of the file, all under the bound, would say 100 %), and a scan
+    // without a filter keeps the table's count.
+    let low = leaf("SELECT n_id FROM named WHERE n_id <= 50000").await;
+    let rows = super::estimate::estimate_leaf(&low, &state)
+        .await
+        .unwrap()
+        .rows;
+    assert!((40_000.0..=60_000.0).contains(&rows), "{rows}");
+    let all = leaf("SELECT n_id FROM named").await;
+    let rows = super::estimate::estimate_leaf(&all, &state)
+        .await
+        .unwrap()
+        .rows;
+    assert_eq!(rows, 100_000.0);
 }
