@@ -194,32 +194,21 @@ async fn a_filter_statistics_cannot_weigh_is_measured_on_a_sample() {
         ctx.sql(&sql).await.unwrap().collect().await.unwrap();
     }
     let state = ctx.state();
-    let leaf = |sql: &'static str| {
+    let rows = |sql: &'static str| {
         let state = state.clone();
         async move {
             let logical = state.create_logical_plan(sql).await.unwrap();
-            state.optimize(&logical).unwrap()
+            let leaf = state.optimize(&logical).unwrap();
+            let estimate = super::estimate::estimate_leaf(&leaf, &state).await;
+            estimate.unwrap().rows
         }
     };
-    let green = leaf("SELECT n_id FROM named WHERE n_name LIKE '%green%'").await;
-    let rows = super::estimate::estimate_leaf(&green, &state)
-        .await
-        .unwrap()
-        .rows;
-    assert!((500.0..=2_000.0).contains(&rows), "{rows}");
+    let green = rows("SELECT n_id FROM named WHERE n_name LIKE '%green%'").await;
+    assert!((500.0..=2_000.0).contains(&green), "{green}");
     // A range of a sorted column is weighed by the statistics (the first
     // rows of the file, all under the bound, would say 100 %), and a scan
     // without a filter keeps the table's count.
-    let low = leaf("SELECT n_id FROM named WHERE n_id <= 50000").await;
-    let rows = super::estimate::estimate_leaf(&low, &state)
-        .await
-        .unwrap()
-        .rows;
-    assert!((40_000.0..=60_000.0).contains(&rows), "{rows}");
-    let all = leaf("SELECT n_id FROM named").await;
-    let rows = super::estimate::estimate_leaf(&all, &state)
-        .await
-        .unwrap()
-        .rows;
-    assert_eq!(rows, 100_000.0);
+    let low = rows("SELECT n_id FROM named WHERE n_id <= 50000").await;
+    assert!((40_000.0..=60_000.0).contains(&low), "{low}");
+    assert_eq!(rows("SELECT n_id FROM named").await, 100_000.0);
 }
