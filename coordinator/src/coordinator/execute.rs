@@ -115,6 +115,10 @@ impl Coordinator {
         let running = self.running.clone();
         let run = self.supervised_job(job_id, &graph, settings, &tx);
         let job_id = job_id.to_string();
+        // The client's stream ends when the last sender is gone: this one
+        // lives until the job is remembered, so a client that read the
+        // whole answer finds its job among the recent ones.
+        let open_until_remembered = tx.clone();
         let job = async move {
             let _slot = slot;
             let started = Instant::now();
@@ -133,6 +137,7 @@ impl Coordinator {
             if let Some(placement) = &report.placement {
                 running.remember(&job_id, &graph, placement, &report, progress);
             }
+            drop(open_until_remembered);
         };
         // The job's log lines carry the query's id (the caller's span).
         tokio::spawn(tracing::Instrument::in_current_span(job));
