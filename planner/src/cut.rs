@@ -5,7 +5,9 @@
 //!   the repartition and its input become a producer stage whose tasks
 //!   route rows to one channel per consumer partition, and the consumer reads
 //!   it through a `StageReadExec` in shuffle mode (an order-preserving
-//!   repartition becomes a plain one whose consumer sorts each partition);
+//!   repartition becomes a plain one: the operators above are planned
+//!   again without the order, and a sort goes only below one that
+//!   requires it, see `cut_ordered_shuffle`);
 //! - below every `CoalescePartitionsExec` / `SortPreservingMergeExec` the
 //!   input becomes a producer stage and the merge stays in the consumer,
 //!   reading each upstream task through a `StageReadExec` in merge mode;
@@ -35,8 +37,10 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::partial_sort::PartialSortExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
@@ -121,6 +125,68 @@ fn one_partition_merge_input(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn Ex
     (input.output_partitioning().partition_count() == 1).then(|| Arc::clone(input))
 }
 
+/// `plan`, its children rewritten by cutting, with a sort below it where
+/// an input no longer delivers the order `plan` requires of it: a
+/// shuffle read promises none (`cut_ordered_shuffle`), nor does what the
+/// operators above it become when rebuilt. A merge-mode read is left as
+/// it is: each of its partitions is one producer task's stream, in the
+/// producer's order, whose requirement was met before it was cut.
+fn sorted_where_required(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    if let Some(partial) = plan.downcast_ref::<PartialSortExec>() {
+        return Ok(whole_sort_if_unsorted(partial)?.unwrap_or(plan));
+    }
+    let mut sorted = false;
+    let mut children = Vec::with_capacity(plan.children().len());
+    for (child, required) in plan
+        .children()
+        .into_iter()
+        .zip(plan.required_input_ordering())
+    {
+        let merge_read = child
+            .downcast_ref::<StageReadExec>()
+            .is_some_and(|read| read.mode() == ReadMode::Merge);
+        let unmet = match required {
+            Some(required) if !merge_read => {
+                let required = required.into_single();
+                (!child
+                    .equivalence_properties()
+                    .ordering_satisfy_requirement(required.clone())?)
+                .then(|| LexOrdering::from(required))
+            }
+            _ => None,
+        };
+        children.push(match unmet {
+            Some(ordering) => {
+                sorted = true;
+                let sort = SortExec::new(ordering, Arc::clone(child))
+                    .with_preserve_partitioning(child.output_partitioning().partition_count() > 1);
+                Arc::new(sort) as Arc<dyn ExecutionPlan>
+            }
+            None => Arc::clone(child),
+        });
+    }
+    if !sorted {
+        return Ok(plan);
+    }
+    #[allow(deprecated)]
+    plan.with_new_children(children)
+}
+
+/// A partial sort orders rows within runs of its input's order (a prefix
+/// of its own) and declares no requirement for it: over an input that
+/// lost that order it becomes a whole sort.
+fn whole_sort_if_unsorted(partial: &PartialSortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let input = partial.input();
+    let prefix = partial.expr()[..partial.common_prefix_length()].to_vec();
+    if input.equivalence_properties().ordering_satisfy(prefix)? {
+        return Ok(None);
+    }
+    let sort = SortExec::new(partial.expr().clone(), Arc::clone(input))
+        .with_preserve_partitioning(partial.preserve_partitioning())
+        .with_fetch(partial.fetch());
+    Ok(Some(Arc::new(sort)))
+}
+
 fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
     Arc::as_ptr(plan) as *const () as usize
 }
@@ -178,7 +244,7 @@ impl Cutter {
         let above = std::mem::replace(&mut self.runs_once, runs_once);
         let plan = with_children_rewritten(plan, |child| self.cut(Arc::clone(child)));
         self.runs_once = above;
-        let plan = plan?;
+        let plan = sorted_where_required(plan?)?;
 
         if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
             return self.cut_shuffle(&plan, repartition);
@@ -204,7 +270,7 @@ impl Cutter {
         // without the preserve-order flag; the operators above were planned
         // on that order just the same.
         if repartition.preserve_order() || plan.output_ordering().is_some() {
-            return self.cut_ordered_shuffle(plan, repartition);
+            return self.cut_ordered_shuffle(repartition);
         }
         self.cut_plain_shuffle(plan, repartition)
     }
@@ -240,30 +306,26 @@ impl Cutter {
 
     /// An order-preserving repartition merges, per output partition, the
     /// sorted rows every input partition routes to it (or, with one input
-    /// partition, keeps them in order). Across processes
-    /// the rows of one channel arrive from many tasks in no fixed order, so
-    /// the shuffle is a plain one and each consumer partition sorts what
-    /// it reads: the same rows in the same order, at the price of a sort
-    /// instead of a merge of already sorted runs.
+    /// partition, keeps them in order). Across processes the rows of one
+    /// channel arrive from many tasks in no fixed order, so the shuffle is
+    /// a plain one and its read promises no order. DataFusion kept the
+    /// order only because the scan below had it (files that record their
+    /// sort order): the operators above are rebuilt over the read
+    /// (`with_children_rewritten` recomputes them), so an aggregate that
+    /// streamed sorted groups hashes them instead, and only an operator
+    /// that requires the order gets a sort below it
+    /// (`sorted_where_required`). Sorting every shuffled partition instead
+    /// (as before) cost TPC-H q3 at SF10 a sort of 32 M `lineitem` rows
+    /// to save a hash aggregate.
     fn cut_ordered_shuffle(
         &mut self,
-        plan: &Arc<dyn ExecutionPlan>,
         repartition: &RepartitionExec,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some(ordering) = plan.output_ordering().cloned() else {
-            return Err(DataFusionError::Internal(
-                "an order-preserving repartition without an output ordering".into(),
-            ));
-        };
         let plain = Arc::new(RepartitionExec::try_new(
             Arc::clone(repartition.input()),
             repartition.partitioning().clone(),
         )?);
-        let read =
-            self.cut_plain_shuffle(&(Arc::clone(&plain) as Arc<dyn ExecutionPlan>), &plain)?;
-        Ok(Arc::new(
-            SortExec::new(ordering, read).with_preserve_partitioning(true),
-        ))
+        self.cut_plain_shuffle(&(Arc::clone(&plain) as Arc<dyn ExecutionPlan>), &plain)
     }
 
     /// The merge's input becomes a producer stage; the merge stays here.
@@ -327,8 +389,9 @@ fn constants_of(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, Option<ScalarValue
 mod tests {
     use super::*;
     use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::physical_plan::displayable;
     use datafusion::physical_plan::joins::HashJoinExec;
-    use datafusion::prelude::{SessionConfig, SessionContext};
+    use datafusion::prelude::{col, SessionConfig, SessionContext};
 
     use crate::build_job_graph;
     use crate::test_tables::{key_value_table, physical_plan};
@@ -356,6 +419,65 @@ mod tests {
         })
         .unwrap()
         .data
+    }
+
+    /// Table `s`: `(k, v)` rows in two partitions, each declared sorted
+    /// on `(k, v)` (as files that record their order are); DataFusion
+    /// keeps that order rather than sorting where `prefer_existing_sort`.
+    async fn sorted_partitions(prefer_existing_sort: bool) -> SessionContext {
+        let mut config = SessionConfig::new().with_target_partitions(2);
+        config.options_mut().optimizer.prefer_existing_sort = prefer_existing_sort;
+        let ctx = SessionContext::new_with_config(config);
+        let rows: Vec<_> = (0..40).map(|i| (Some(i / 4), i)).collect();
+        let order = vec![vec![col("k").sort(true, false), col("v").sort(true, false)]];
+        let table = key_value_table(&rows, 2).with_sort_order(order);
+        ctx.register_table("s", Arc::new(table)).unwrap();
+        ctx
+    }
+
+    /// The plan of `sql` over `sorted_partitions`, asserted to shuffle
+    /// with an order-preserving repartition (the case under test), cut.
+    async fn cut_ordered_shuffle_of(sql: &str, prefer_existing_sort: bool) -> String {
+        let ctx = sorted_partitions(prefer_existing_sort).await;
+        let plan = physical_plan(&ctx, sql).await;
+        let single = displayable(plan.as_ref()).indent(true).to_string();
+        assert!(single.contains("preserve_order=true"), "{single}");
+        build_job_graph(plan, &Default::default())
+            .unwrap()
+            .display_compact()
+    }
+
+    #[tokio::test]
+    async fn an_ordered_shuffle_read_is_not_sorted_when_nothing_above_requires_it() {
+        let graph = cut_ordered_shuffle_of("SELECT k, sum(v) FROM s GROUP BY k", false).await;
+        assert!(!graph.contains("SortExec"), "{graph}");
+        // The producer streams its sorted groups; the consumer, reading
+        // rows in no order, hashes them.
+        assert_eq!(graph.matches("ordering_mode=Sorted").count(), 1, "{graph}");
+        assert!(
+            graph.contains("mode=Partial, gby=[k@0 as k], aggr=[sum(s.v)], ordering_mode=Sorted"),
+            "{graph}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_operator_that_requires_the_order_gets_a_sort_over_the_read() {
+        let graph = cut_ordered_shuffle_of(
+            "SELECT k, v, row_number() OVER (PARTITION BY k ORDER BY v) AS n FROM s",
+            true,
+        )
+        .await;
+        let lines: Vec<&str> = graph.lines().map(str::trim).collect();
+        let window = lines
+            .iter()
+            .position(|l| l.starts_with("BoundedWindowAggExec"))
+            .unwrap_or_else(|| panic!("{graph}"));
+        assert!(
+            lines[window + 1]
+                .starts_with("SortExec: expr=[k@0 ASC NULLS LAST, v@1 ASC NULLS LAST]"),
+            "{graph}"
+        );
+        assert!(lines[window + 2].starts_with("StageReadExec"), "{graph}");
     }
 
     #[tokio::test]
