@@ -91,7 +91,7 @@ struct Args {
     stores: Vec<String>,
 
     /// Generate TPC-H sample data into --data-dir (reused when present) and
-    /// register its 8 tables.
+    /// register its 8 tables; each file records the key order of its rows.
     #[arg(long)]
     demo: bool,
 

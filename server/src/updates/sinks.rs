@@ -25,6 +25,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::LogicalPlanBuilder;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::ExecutionPlan;
@@ -99,8 +100,18 @@ fn in_tasks(
             .table_paths
             .first()
             .is_some_and(|path| config.file_output_mode.single_file_output(path));
-    let input = match input.downcast_ref::<CoalescePartitionsExec>() {
-        Some(gather) if !one_writer => Arc::clone(gather.input()),
+    // A gather that keeps the partitions' order (the input came from files
+    // that record theirs) is one too: each task's files keep its order.
+    let gathered = match (
+        input.downcast_ref::<CoalescePartitionsExec>(),
+        input.downcast_ref::<SortPreservingMergeExec>(),
+    ) {
+        (Some(gather), _) => Some(gather.input()),
+        (_, Some(merge)) if merge.fetch().is_none() => Some(merge.input()),
+        _ => None,
+    };
+    let input = match gathered {
+        Some(partitions) if !one_writer => Arc::clone(partitions),
         _ => input,
     };
     Ok(Some(Arc::new(SinkWriteExec::new(plan, input)?)))
