@@ -18,6 +18,7 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
 use datafusion::catalog::streaming::StreamingTable;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::DataFusionError;
 use datafusion::datasource::provider_as_source;
 use datafusion::datasource::sink::DataSinkExec;
@@ -68,7 +69,7 @@ async fn write_in_tasks(
     statement: &LogicalPlan,
 ) -> Result<Option<u64>, Error> {
     let plan = coord.plan_rows_to_write(session, statement).await?;
-    let Some(plan) = in_tasks(&plan).map_err(Error::from)? else {
+    let Some(plan) = in_tasks(&plan, asks_for_order(statement)).map_err(Error::from)? else {
         return Ok(None);
     };
     let planned = coord.plan_job(session, plan)?;
@@ -81,10 +82,21 @@ async fn write_in_tasks(
     Ok(Some(rows))
 }
 
+/// Whether the rows `statement` writes are sorted by its query (an ORDER
+/// BY): DataFusion then writes them in that order through one writer.
+fn asks_for_order(statement: &LogicalPlan) -> bool {
+    statement
+        .exists(|node| Ok(matches!(node, LogicalPlan::Sort(_))))
+        .unwrap_or(true)
+}
+
 /// `plan` (a `DataSinkExec`) with its sink run by each partition of its
-/// input; `None` for a sink that cannot travel to the workers.
+/// input; `None` for a sink that cannot travel to the workers. `ordered`:
+/// the statement sorts its rows, so a merge that keeps the partitions'
+/// order gathers them for one writer, as in DataFusion.
 fn in_tasks(
     plan: &Arc<dyn ExecutionPlan>,
+    ordered: bool,
 ) -> datafusion::common::Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(exec) = plan.downcast_ref::<DataSinkExec>() else {
         return Ok(None);
@@ -100,14 +112,15 @@ fn in_tasks(
             .table_paths
             .first()
             .is_some_and(|path| config.file_output_mode.single_file_output(path));
-    // A gather that keeps the partitions' order (the input came from files
-    // that record theirs) is one too: each task's files keep its order.
+    // A merge that keeps an order no ORDER BY asked for (the input came
+    // from files that record theirs) is a gather too: each task's files
+    // keep its partition's order.
     let gathered = match (
         input.downcast_ref::<CoalescePartitionsExec>(),
         input.downcast_ref::<SortPreservingMergeExec>(),
     ) {
         (Some(gather), _) => Some(gather.input()),
-        (_, Some(merge)) if merge.fetch().is_none() => Some(merge.input()),
+        (_, Some(merge)) if merge.fetch().is_none() && !ordered => Some(merge.input()),
         _ => None,
     };
     let input = match gathered {

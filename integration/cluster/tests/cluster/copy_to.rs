@@ -77,6 +77,26 @@ async fn copy_writes_files_single_node_datafusion_reads_the_same() {
             .to_string()
     );
 
+    // An ORDER BY's rows are written in its order, by the one writer
+    // DataFusion uses (the files' own order alone lets each task write).
+    let sorted = out.path().join("sorted");
+    let copy = format!(
+        "COPY (SELECT o_orderkey FROM orders ORDER BY o_orderkey DESC) TO '{}' STORED AS CSV",
+        sorted.display()
+    );
+    query(&mut client, &copy).await.unwrap();
+    let mut keys = 0;
+    for file in std::fs::read_dir(&sorted).unwrap() {
+        let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+        let file_keys: Vec<i64> = text.lines().skip(1).map(|l| l.parse().unwrap()).collect();
+        assert!(
+            file_keys.windows(2).all(|w| w[0] > w[1]),
+            "not in descending order"
+        );
+        keys += file_keys.len();
+    }
+    assert_eq!(keys, 15_000);
+
     // CSV too, as a client's ordinary query.
     let csv = out.path().join("nation.csv");
     let copy = format!("COPY nation TO '{}' STORED AS CSV", csv.display());
