@@ -39,6 +39,8 @@ pub struct SquadronOptions {
     pub join_reorder: bool,
     /// See `JOIN_REORDER_SAMPLES`.
     pub join_reorder_samples: bool,
+    /// See `KEY_RANGE_SPLITS`.
+    pub key_range_splits: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -136,6 +138,13 @@ const JOIN_REORDER_SAMPLES: (&str, &str) = (
      faster at TPC-H SF10 (q21 slower)",
 );
 
+const KEY_RANGE_SPLITS: (&str, &str) = (
+    "key_range_splits",
+    "Whether a partitioned join or aggregate on a key whose Parquet row groups hold narrow, \
+     ordered ranges of it (files written in key order) splits its inputs by key range, each \
+     task reading its range of every table, instead of shuffling them",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -147,6 +156,7 @@ impl Default for SquadronOptions {
             bloom_filters: false,
             join_reorder: true,
             join_reorder_samples: false,
+            key_range_splits: true,
         }
     }
 }
@@ -173,6 +183,7 @@ impl ExtensionOptions for SquadronOptions {
             k if k == BLOOM_FILTERS.0 => self.bloom_filters.set(k, value),
             k if k == JOIN_REORDER.0 => self.join_reorder.set(k, value),
             k if k == JOIN_REORDER_SAMPLES.0 => self.join_reorder_samples.set(k, value),
+            k if k == KEY_RANGE_SPLITS.0 => self.key_range_splits.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -207,6 +218,7 @@ impl ExtensionOptions for SquadronOptions {
             entry(BLOOM_FILTERS, self.bloom_filters.to_string()),
             entry(JOIN_REORDER, self.join_reorder.to_string()),
             entry(JOIN_REORDER_SAMPLES, self.join_reorder_samples.to_string()),
+            entry(KEY_RANGE_SPLITS, self.key_range_splits.to_string()),
         ]
     }
 }

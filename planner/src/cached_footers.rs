@@ -191,7 +191,7 @@ impl CachedFooters {
 
     /// The footer DataFusion cached for this very file (same size and
     /// modification time), if any.
-    fn footer(&self, file: &PartitionedFile) -> Option<Arc<ParquetMetaData>> {
+    pub fn footer(&self, file: &PartitionedFile) -> Option<Arc<ParquetMetaData>> {
         let entry = self.cache.get(&file.object_meta.location)?;
         if !entry.is_valid_for(&file.object_meta) {
             return None;

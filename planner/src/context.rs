@@ -12,7 +12,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_exec::single_row::scalar_subquery_value;
 
 use crate::file_group_partitions::PairedInputsHashRouted;
-use crate::join_order::JoinOrderPlanner;
+use crate::key_range_splits::KeyRangeSplitPlanner;
 use crate::one_partition::NoShuffleAfterOnePartition;
 use crate::pruned_scan_ranges::PrunedScanRanges;
 use crate::scalar_subquery::CheckedScalarSubqueries;
@@ -27,8 +27,9 @@ pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
 /// subqueries' one-row check ahead of DataFusion's own rewrites, the
 /// function that check calls, file statistics taken as bounds
 /// (`planner::statistics_bounds`), joins of file-grouped inputs hashed
-/// as their partners are (`planner::file_group_partitions`), and inner
-/// joins ordered by statistics (`planner::join_order`).
+/// as their partners are (`planner::file_group_partitions`), inner joins
+/// ordered by statistics (`planner::join_order`), and inputs split by key
+/// range where their files allow (`planner::key_range_splits`).
 pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
     let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
         vec![Arc::new(CheckedScalarSubqueries)];
@@ -52,7 +53,7 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
         .with_default_features()
         .with_optimizer_rules(rules)
         .with_physical_optimizer_rules(physical_rules)
-        .with_query_planner(Arc::new(JoinOrderPlanner))
+        .with_query_planner(Arc::new(KeyRangeSplitPlanner))
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_udf(scalar_subquery_value().as_ref().clone());

@@ -12,6 +12,7 @@ pub mod encode;
 pub mod file_group_partitions;
 pub mod job_graph;
 pub mod join_order;
+pub mod key_range_splits;
 pub mod local;
 pub mod one_partition;
 pub mod passed_columns;

@@ -8,7 +8,9 @@
 //!    DataFusion's distribution rules and before its `SanityCheckPlan`,
 //!    `PairedInputsHashRouted`, `NoShuffleAfterOnePartition` and
 //!    `PrunedScanRanges`. DataFusion's `EXPLAIN VERBOSE` shows the plan after
-//!    each of them.
+//!    each of them. The session's query planner orders inner joins first
+//!    (`join_order`) and, on DataFusion's optimized plan, splits joins and
+//!    aggregates on a key the files are ordered by (`key_range_splits`).
 //! 2. **For clients** (`client_types::for_clients`): answers cast to the
 //!    types Flight SQL clients read (a statement's rows; not a write's).
 //! 3. **Here or distributed** (`local.rs`, asked by the coordinator's

@@ -96,6 +96,11 @@ struct Args {
     /// query lists them) instead.
     #[arg(long, conflicts_with = "dynamic_filters_ab")]
     join_reorder_ab: bool,
+    /// The same with `squadron.key_range_splits` off (joins and
+    /// aggregates on a key the files are ordered by shuffled, not split by
+    /// key range) instead.
+    #[arg(long, conflicts_with_all = ["dynamic_filters_ab", "join_reorder_ab"])]
+    key_range_splits_ab: bool,
     /// Run the cluster secured: client TLS with a password login, mutual
     /// TLS between coordinator and workers (certificates made for the run).
     #[arg(long)]
@@ -247,16 +252,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Some(python) => Some(duckdb::DuckDb::start(python, &tables)?),
             None => None,
         };
-        let mut without_filters = match args.dynamic_filters_ab || args.join_reorder_ab {
+        let ab = args.dynamic_filters_ab || args.join_reorder_ab || args.key_range_splits_ab;
+        let mut without_filters = match ab {
             true => Some(cluster.client().await?),
             false => None,
         };
         let others = tpch::Others {
             duckdb: duckdb.as_mut(),
             without_filters: without_filters.as_mut(),
-            switched_off: match args.join_reorder_ab {
-                true => "squadron.join_reorder",
-                false => "squadron.dynamic_filters",
+            switched_off: match (args.join_reorder_ab, args.key_range_splits_ab) {
+                (true, _) => "squadron.join_reorder",
+                (_, true) => "squadron.key_range_splits",
+                _ => "squadron.dynamic_filters",
             },
         };
         results.insert("tpch".into(), run.run(&mut client, others).await?);

@@ -214,6 +214,13 @@ async fn a_partitioned_semi_join_filters_the_shuffled_inputs_of_the_join_below()
     let keys = write_five_keys(dir.path()).await;
     let (server, ctx, mut on, mut off) =
         partitioned_joins(&[("sorted", &sorted), ("keys", &keys)]).await;
+    // Shuffled inputs: the file is in key order, so the inner join would
+    // otherwise read it by key range, unshuffled.
+    for client in [&mut on, &mut off] {
+        query(client, "SET squadron.key_range_splits = false")
+            .await
+            .unwrap();
+    }
 
     // The semi join's build side (five keys) filters both shuffled inputs
     // of the inner join it probes: 40,000 rows each arrive, ten pass.

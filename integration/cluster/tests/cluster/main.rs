@@ -16,6 +16,7 @@ mod fault_tolerant;
 mod graceful_shutdown;
 mod job_graph_snapshots;
 mod join_order;
+mod key_range_splits;
 mod lifecycle;
 mod poll_and_schema;
 mod pruned_ranges;

@@ -1,0 +1,90 @@
+//! Joins and aggregates on `orderkey`, which the TPC-H files are written
+//! in order of, split by key range instead of shuffled, through a real
+//! coordinator and workers: the plans show the splits (and a shuffle
+//! routed by range where one side cannot be split), and the TPC-H queries
+//! answer as single-node DataFusion does with the splits on and off.
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::record_batch::RecordBatch;
+use squadron_cluster_tests::answers::{is_ordered, same_rows};
+
+use crate::support::{client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query};
+
+/// Files split into ranges however small, and every join partitioned: at
+/// SF0.01 each table would be one partition and every join collected.
+const PARTITIONED: &[&str] = &[
+    "SET datafusion.optimizer.repartition_file_min_size = 0",
+    "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
+    "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+];
+
+/// The distributed plan of an EXPLAIN answer.
+fn distributed_plan(batches: &[RecordBatch]) -> String {
+    batches
+        .iter()
+        .flat_map(|batch| {
+            let kinds = batch.column(0).as_string::<i32>();
+            let plans = batch.column(1).as_string::<i32>();
+            (0..batch.num_rows())
+                .filter(|i| kinds.value(*i) == "distributed_plan")
+                .map(|i| plans.value(i).to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn stages(plan: &str) -> usize {
+    plan.lines()
+        .filter(|line| line.starts_with("Stage "))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_on_the_order_key_read_ranges_and_answer_as_the_oracle() {
+    let (_dir, tables) = tpch_data(0.01);
+    let server = coordinator(vec![], tables.clone()).await;
+    let oracle_ctx = oracle_context(&tables).await;
+    let mut on = client(&server).await;
+    let mut off = client(&server).await;
+    for sql in PARTITIONED {
+        query(&mut on, sql).await.unwrap();
+        query(&mut off, sql).await.unwrap();
+    }
+    query(&mut off, "SET squadron.key_range_splits = false")
+        .await
+        .unwrap();
+
+    // q3: lineitem split, joined where it is read (orders, one row group
+    // at this scale, comes shuffled by range).
+    let q3 = format!("EXPLAIN {}", tpch_query(3));
+    let split = distributed_plan(&query(&mut on, &q3).await.unwrap());
+    let whole = distributed_plan(&query(&mut off, &q3).await.unwrap());
+    assert!(split.contains("UnionExec"), "{split}");
+    assert!(split.contains("l_orderkey@0 <"), "{split}");
+    assert!(!whole.contains("UnionExec"), "{whole}");
+    assert!(stages(&split) < stages(&whole), "{split}\n{whole}");
+    // q18: lineitem split; customer ⋈ orders (keyed by o_custkey below)
+    // shuffled by the same ranges.
+    let q18 = format!("EXPLAIN {}", tpch_query(18));
+    let split = distributed_plan(&query(&mut on, &q18).await.unwrap());
+    assert!(split.contains("UnionExec"), "{split}");
+    assert!(split.contains("Hash([CASE WHEN o_orderkey"), "{split}");
+
+    let mut failures = vec![];
+    for n in 1..=22 {
+        let sql = tpch_query(n);
+        let expected = oracle(&oracle_ctx, &sql).await;
+        for (name, client) in [("on", &mut on), ("off", &mut off)] {
+            match query(client, &sql).await {
+                Ok(actual) => {
+                    if let Err(diff) = same_rows(&actual, &expected, is_ordered(&sql)) {
+                        failures.push(format!("q{n} ({name}): {diff}"));
+                    }
+                }
+                Err(status) => failures.push(format!("q{n} ({name}): {status}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+    server.shutdown().await.unwrap();
+}
