@@ -94,7 +94,8 @@ impl KeyedScan {
     ) -> Option<Self> {
         let source = scan.downcast_ref::<DataSourceExec>()?;
         let (config, _) = source.downcast_to_file_source::<ParquetSource>()?;
-        if config.output_partitioning.is_some() {
+        // A limit applies per range: split, the scan would read more.
+        if config.output_partitioning.is_some() || config.limit.is_some() {
             return None;
         }
         let field = scan.schema().fields().get(column).cloned()?;
@@ -158,6 +159,24 @@ impl KeyedScan {
         })
     }
 
+    /// Whether the files' rows are in key order: in each file, nearly
+    /// every row group's keys end where the next group's begin or before.
+    /// Cuts taken from row group starts spread the rows evenly only then
+    /// (`l_suppkey`, in no order, has every group start near 1: cut there,
+    /// one range would hold one key and the other all the rest).
+    fn in_key_order(&self) -> bool {
+        let (mut pairs, mut ordered) = (0usize, 0usize);
+        for (_, groups) in &self.files {
+            for pair in groups.windows(2) {
+                pairs += 1;
+                if let (Some(end), Some(start)) = (&pair[0].max, &pair[1].min) {
+                    ordered += usize::from(end <= start);
+                }
+            }
+        }
+        ordered * 10 >= pairs * 9
+    }
+
     pub fn rows(&self) -> u64 {
         self.groups().map(|group| group.rows).sum()
     }
@@ -170,7 +189,7 @@ impl KeyedScan {
     /// group starts; `None` when a row group's range is unknown or the
     /// keys are too few to cut that often.
     pub fn cuts(&self, partitions: usize) -> Option<Cuts> {
-        if partitions < 2 {
+        if partitions < 2 || !self.in_key_order() {
             return None;
         }
         let mut starts: Vec<(&ScalarValue, u64)> = self
@@ -182,12 +201,13 @@ impl KeyedScan {
         }
         starts.sort_by(|(a, _), (b, _)| a.partial_cmp(b).unwrap_or(Ordering::Equal));
         let total: u64 = starts.iter().map(|(_, rows)| rows).sum();
+        let first = starts.first().map(|(start, _)| *start)?;
         let mut cuts: Vec<ScalarValue> = vec![];
         let mut before = 0u64;
         for (start, rows) in starts {
             let wanted = cuts.len() as u64 + 1;
             if cuts.len() + 1 < partitions
-                && before > 0
+                && start > first
                 && before * partitions as u64 >= total * wanted
                 && cuts.last().is_none_or(|last| last < start)
             {
@@ -203,6 +223,9 @@ impl KeyedScan {
     /// keys and keeping exactly its rows; `None` when that would read
     /// much more than the scan does (the files are not in key order).
     pub fn split(&self, cuts: &Cuts) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        if !self.in_key_order() {
+            return Ok(None);
+        }
         let total = self.rows();
         // Where a key's rows span two row groups, the group before a cut
         // is read by both neighbours: one group per cut, whatever the order.

@@ -28,7 +28,8 @@ fn config(splits: bool) -> SessionConfig {
 /// Tables `a(k, v)`: keys 1..=12000 in order; `b(k, w)`: three rows per
 /// key of 1..=6000 in order (some keys have their rows in two row groups);
 /// `c(k, x)`: the keys of `a` in no order; `d(k, y)`: `a` with a NULL key
-/// every 1,000th row. Row groups of 500 rows.
+/// every 1,000th row; `e(k, z)`: keys 1..=100 over and over, so that
+/// every row group starts at key 1. Row groups of 500 rows.
 async fn tables(ctx: &SessionContext, dir: &std::path::Path) {
     let tables = [
         (
@@ -47,6 +48,10 @@ async fn tables(ctx: &SessionContext, dir: &std::path::Path) {
             "d",
             "SELECT CASE WHEN value % 1000 = 7 THEN NULL ELSE value END AS k, value AS y \
              FROM generate_series(1, 12000) ORDER BY value",
+        ),
+        (
+            "e",
+            "SELECT value % 100 + 1 AS k, value AS z FROM generate_series(1, 12000)",
         ),
     ];
     ctx.sql("SET datafusion.execution.parquet.max_row_group_size = 500")
@@ -191,4 +196,16 @@ fn routed_by_range(plan: &Arc<dyn ExecutionPlan>) -> bool {
     })
     .unwrap();
     found
+}
+
+#[tokio::test]
+async fn an_aggregate_by_a_column_in_no_order_keeps_its_shuffle() {
+    // Every row group of e starts at its lowest key: cut there, one range
+    // would hold nothing and the other everything.
+    let sql = "SELECT k, count(*), sum(z) FROM e GROUP BY k";
+    let (split, answer) = planned(sql, true).await;
+    let (whole, _) = planned(sql, false).await;
+    assert_eq!(count::<UnionExec>(&split), 0);
+    assert_eq!(shuffles(&split), shuffles(&whole));
+    assert_eq!(answer, oracle(sql).await);
 }
