@@ -132,6 +132,11 @@ async fn retained_outputs_past_memory_spill_and_the_answer_is_complete() {
             (key, "0".to_string())
         })
         .to_vec();
+    // Both tables are in `orderkey` order: split by key range, neither
+    // would cross an exchange.
+    options
+        .settings
+        .push(("squadron.key_range_splits".into(), "false".into()));
     let server = coordinator_with(options).await;
     let mut client = client(&server).await;
 

@@ -5,9 +5,10 @@
 
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::record_batch::RecordBatch;
-use squadron_cluster_tests::answers::{is_ordered, same_rows};
 
-use crate::support::{client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query};
+use crate::support::{
+    client, coordinator, oracle_context, query, tpch_data, tpch_mismatches, tpch_query,
+};
 
 /// The `(plan_type, plan)` rows of an EXPLAIN answer.
 fn explain_rows(batches: &[RecordBatch]) -> Vec<(String, String)> {
@@ -77,25 +78,16 @@ async fn explain_shows_the_chosen_order_and_answers_match_either_way() {
         "{unsampled:?} {measured:?}"
     );
 
-    let mut failures = vec![];
-    for n in [2, 5, 7, 8, 9, 10, 11, 21] {
-        let sql = tpch_query(n);
-        let expected = oracle(&oracle_ctx, &sql).await;
-        for (mode, session) in [
+    let failures = tpch_mismatches(
+        &oracle_ctx,
+        [2, 5, 7, 8, 9, 10, 11, 21],
+        &mut [
             ("on", &mut on),
             ("off", &mut off),
             ("sampled", &mut sampled),
-        ] {
-            match query(session, &sql).await {
-                Ok(actual) => {
-                    if let Err(diff) = same_rows(&actual, &expected, is_ordered(&sql)) {
-                        failures.push(format!("q{n} reorder {mode}: {diff}"));
-                    }
-                }
-                Err(status) => failures.push(format!("q{n} reorder {mode}: {status}")),
-            }
-        }
-    }
+        ],
+    )
+    .await;
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
     server.shutdown().await.unwrap();
 }

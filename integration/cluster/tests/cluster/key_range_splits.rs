@@ -4,11 +4,11 @@
 //! routed by range where one side cannot be split), and the TPC-H queries
 //! answer as single-node DataFusion does with the splits on and off.
 
+use crate::support::{
+    client, coordinator, oracle_context, query, tpch_data, tpch_mismatches, tpch_query,
+};
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::record_batch::RecordBatch;
-use squadron_cluster_tests::answers::{is_ordered, same_rows};
-
-use crate::support::{client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query};
 
 /// Files split into ranges however small, and every join partitioned: at
 /// SF0.01 each table would be one partition and every join collected.
@@ -70,21 +70,12 @@ async fn joins_on_the_order_key_read_ranges_and_answer_as_the_oracle() {
     assert!(split.contains("UnionExec"), "{split}");
     assert!(split.contains("Hash([CASE WHEN o_orderkey"), "{split}");
 
-    let mut failures = vec![];
-    for n in 1..=22 {
-        let sql = tpch_query(n);
-        let expected = oracle(&oracle_ctx, &sql).await;
-        for (name, client) in [("on", &mut on), ("off", &mut off)] {
-            match query(client, &sql).await {
-                Ok(actual) => {
-                    if let Err(diff) = same_rows(&actual, &expected, is_ordered(&sql)) {
-                        failures.push(format!("q{n} ({name}): {diff}"));
-                    }
-                }
-                Err(status) => failures.push(format!("q{n} ({name}): {status}")),
-            }
-        }
-    }
+    let failures = tpch_mismatches(
+        &oracle_ctx,
+        1..=22,
+        &mut [("on", &mut on), ("off", &mut off)],
+    )
+    .await;
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
     server.shutdown().await.unwrap();
 }

@@ -296,6 +296,35 @@ pub async fn oracle(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
         .expect("oracle execution")
 }
 
+/// The TPC-H queries numbered `queries`, each asked in every named
+/// session, checked against the oracle: one line per mismatch or error.
+pub async fn tpch_mismatches(
+    oracle_ctx: &SessionContext,
+    queries: impl IntoIterator<Item = usize>,
+    sessions: &mut [(&str, &mut FlightSqlServiceClient<Channel>)],
+) -> Vec<String> {
+    let mut failures = vec![];
+    for n in queries {
+        let sql = tpch_query(n);
+        let expected = oracle(oracle_ctx, &sql).await;
+        for (name, session) in sessions.iter_mut() {
+            match query(session, &sql).await {
+                Ok(actual) => {
+                    if let Err(diff) = squadron_cluster_tests::answers::same_rows(
+                        &actual,
+                        &expected,
+                        squadron_cluster_tests::answers::is_ordered(&sql),
+                    ) {
+                        failures.push(format!("q{n} ({name}): {diff}"));
+                    }
+                }
+                Err(status) => failures.push(format!("q{n} ({name}): {status}")),
+            }
+        }
+    }
+    failures
+}
+
 /// The TPC-H query texts in testdata, by number.
 pub fn tpch_query(n: usize) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
