@@ -80,7 +80,10 @@ def test_explain_shows_stages(conn):
         cur.execute("EXPLAIN " + tpch_query(3))
         plans = dict(zip(*[c.to_pylist() for c in cur.fetch_arrow_table().columns]))
     stages = plans["distributed_plan"]
-    assert stages.count("Stage ") >= 3, stages
+    # customer's filtered keys broadcast to the stage that joins orders and
+    # lineitem where they are read (split by key range, not shuffled).
+    assert stages.count("Stage ") >= 2, stages
+    assert "UnionExec" in stages, stages
     assert "StageReadExec" in stages
     assert not any(kind.startswith("distributed_plan after") for kind in plans)
 
@@ -95,7 +98,7 @@ def test_explain_verbose_lists_the_distributed_passes_in_order(conn):
     assert passes == ["WithoutOutputMerge", "MergeSubsetKeyShuffles", "ReduceShuffles"], kinds
     # Then the stages, last.
     assert kinds[-1] == "distributed_plan"
-    assert shown[-1].count("Stage ") >= 3, shown[-1]
+    assert shown[-1].count("Stage ") >= 2, shown[-1]
 
 
 def test_view_and_dictionary_columns_reach_clients_as_plain_strings(conn):
