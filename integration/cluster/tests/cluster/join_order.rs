@@ -3,26 +3,10 @@
 //! answer as single-node DataFusion does with the reordering on and off,
 //! and with filters weighed on samples.
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::record_batch::RecordBatch;
-
 use crate::support::{
-    client, coordinator, oracle_context, query, tpch_data, tpch_mismatches, tpch_query,
+    client, coordinator, explain_rows, oracle_context, query, tpch_data, tpch_mismatches,
+    tpch_query,
 };
-
-/// The `(plan_type, plan)` rows of an EXPLAIN answer.
-fn explain_rows(batches: &[RecordBatch]) -> Vec<(String, String)> {
-    batches
-        .iter()
-        .flat_map(|batch| {
-            let kinds = batch.column(0).as_string::<i32>();
-            let plans = batch.column(1).as_string::<i32>();
-            (0..batch.num_rows())
-                .map(|i| (kinds.value(i).to_string(), plans.value(i).to_string()))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_shows_the_chosen_order_and_answers_match_either_way() {

@@ -5,9 +5,9 @@
 //! answer as single-node DataFusion does with the splits on and off.
 
 use crate::support::{
-    client, coordinator, oracle_context, query, tpch_data, tpch_mismatches, tpch_query,
+    client, coordinator, explain_rows, oracle_context, query, tpch_data, tpch_mismatches,
+    tpch_query,
 };
-use datafusion::arrow::array::AsArray;
 use datafusion::arrow::record_batch::RecordBatch;
 
 /// Files split into ranges however small, and every join partitioned: at
@@ -20,16 +20,10 @@ const PARTITIONED: &[&str] = &[
 
 /// The distributed plan of an EXPLAIN answer.
 fn distributed_plan(batches: &[RecordBatch]) -> String {
-    batches
-        .iter()
-        .flat_map(|batch| {
-            let kinds = batch.column(0).as_string::<i32>();
-            let plans = batch.column(1).as_string::<i32>();
-            (0..batch.num_rows())
-                .filter(|i| kinds.value(*i) == "distributed_plan")
-                .map(|i| plans.value(i).to_string())
-                .collect::<Vec<_>>()
-        })
+    explain_rows(batches)
+        .into_iter()
+        .filter(|(kind, _)| kind == "distributed_plan")
+        .map(|(_, plan)| plan)
         .collect()
 }
 

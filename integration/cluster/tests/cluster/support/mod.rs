@@ -296,6 +296,20 @@ pub async fn oracle(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
         .expect("oracle execution")
 }
 
+/// The `(plan_type, plan)` rows of an EXPLAIN answer.
+pub fn explain_rows(batches: &[RecordBatch]) -> Vec<(String, String)> {
+    batches
+        .iter()
+        .flat_map(|batch| {
+            let kinds = datafusion::arrow::array::AsArray::as_string::<i32>(batch.column(0));
+            let plans = datafusion::arrow::array::AsArray::as_string::<i32>(batch.column(1));
+            (0..batch.num_rows())
+                .map(|i| (kinds.value(i).to_string(), plans.value(i).to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The TPC-H queries numbered `queries`, each asked in every named
 /// session, checked against the oracle: one line per mismatch or error.
 pub async fn tpch_mismatches(
