@@ -51,6 +51,30 @@ const SORTED_THEN_SEMI_JOINED: &str =
     "SELECT count(*), sum(v) FROM (SELECT k, v FROM big ORDER BY v, k LIMIT 399990) \
      WHERE k IN (SELECT key FROM keys)";
 
+/// Rows the producer dropped for its consumers in `EXPLAIN ANALYZE` of
+/// `sql`, from the first of up to three runs in which at least `enough`
+/// were: whether a consumer's filter reaches the producer before it sends
+/// is a race its scheduling decides (on a loaded machine every consumer
+/// can start late), so one run says little, but a filter that never
+/// reaches the producer drops nothing in any of them.
+async fn rows_dropped_in_a_run(
+    client: &mut FlightSqlServiceClient<Channel>,
+    sql: &str,
+    enough: u64,
+) -> (u64, u64) {
+    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
+    let mut seen = (0, 0);
+    for _ in 0..3 {
+        let explained = query(client, &explain).await.unwrap();
+        let received = rows_out(&explained, &["StageReadExec", "mode=shuffle"]);
+        seen = (rows_dropped_for_consumers(&explained), received);
+        if seen.0 >= enough {
+            break;
+        }
+    }
+    seen
+}
+
 /// Asserts every session answers `sql` as the oracle does (any order).
 async fn answers_as_oracle<const N: usize>(
     ctx: &SessionContext,
@@ -255,17 +279,16 @@ async fn producers_stop_sending_the_rows_a_consumers_filter_rules_out() {
 
     let sql = SORTED_THEN_SEMI_JOINED;
     answers_as_oracle(&ctx, [&mut on, &mut off], sql).await;
-    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
-    let explained = query(&mut on, &explain).await.unwrap();
-    let received = rows_out(&explained, &["StageReadExec", "mode=shuffle"]);
-    let dropped = rows_dropped_for_consumers(&explained);
+    let (dropped, received) = rows_dropped_in_a_run(&mut on, sql, 50_000).await;
     // Each of the four join tasks reads one hash partition of `big` (about
     // 100,000 rows) and of the keys. Three have keys, and their filters
     // reach the producer while it sorts, so it sends their five rows and
     // drops the rest: 299,986 dropped, 10 rows read, in every quiet run
     // here. The fourth has no keys: it never reads, and its rows go with
     // its channel. On a loaded machine a consumer can start late and its
-    // filter arrive after its rows went; at least one must arrive in time.
+    // filter arrive after its rows went; in one of three runs at least one
+    // must arrive in time.
+    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
     assert!(
         dropped >= 50_000 && received + dropped <= 400_010,
         "{dropped} rows dropped by the producer, {received} sent"
@@ -300,12 +323,12 @@ async fn with_bloom_filters_producers_drop_rows_whose_keys_are_too_many_to_list(
 
     let sql = SORTED_THEN_SEMI_JOINED;
     answers_as_oracle(&ctx, [&mut bloom, &mut ranges_only, &mut off], sql).await;
-    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
-    let explained = query(&mut bloom, &explain).await.unwrap();
-    let dropped = rows_dropped_for_consumers(&explained);
+    let (dropped, _) = rows_dropped_in_a_run(&mut bloom, sql, 50_000).await;
     // Each join task's filter keeps its 10,000 or so keys and about 1 % of
     // the other rows of its partition (100,000): as in the test above, at
-    // least one filter reaches the sorting producer in time.
+    // least one filter reaches the sorting producer in time in one of three
+    // runs.
+    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
     assert!(
         dropped >= 50_000,
         "{dropped} rows dropped with Bloom filters"
