@@ -21,7 +21,7 @@ use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 use squadron_common::error::Error;
-use squadron_exec::write::StoredFormat;
+use squadron_exec::write::{StoredFormat, WriteTarget};
 
 use super::changes::Change;
 use super::janitor::{Janitor, Released};
@@ -150,9 +150,12 @@ impl WarehouseCatalog {
         tables.values().cloned().collect()
     }
 
-    /// The write ids of statements writing now.
-    pub fn writes_in_progress(&self) -> HashSet<String> {
-        self.writing.iter().map(|id| id.clone()).collect()
+    /// Whether the file `name` belongs to a statement writing now. Ask
+    /// only after seeing the file: a write is noted before it makes files.
+    pub fn is_being_written(&self, name: &str) -> bool {
+        self.writing
+            .iter()
+            .any(|id| name.starts_with(&WriteTarget::part_prefix(&id)))
     }
 
     /// Notes that a statement writes part files named by `write_id` until

@@ -30,6 +30,8 @@ pub mod janitor;
 mod legacy;
 pub mod log;
 pub mod sweep;
+#[cfg(test)]
+mod sweep_tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;

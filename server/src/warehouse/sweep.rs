@@ -23,7 +23,6 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 use squadron_common::error::Error;
-use squadron_exec::write::WriteTarget;
 
 use super::log::store_error;
 use super::WarehouseCatalog;
@@ -50,15 +49,60 @@ pub struct Swept {
 pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Error> {
     let warehouse = catalog.warehouse();
     let options = catalog.janitor().options();
-    // Writes first, then the version: a write that ends between the two
-    // committed before it ended, so the version read after names its files.
-    let writing: Vec<String> = catalog
-        .writes_in_progress()
-        .into_iter()
-        .map(|id| WriteTarget::part_prefix(&id))
-        .collect();
-    let mut named = catalog.janitor().pending();
+    // The order is what makes the sweep safe. Files are listed first, and
+    // only then asked about: a listed file existed before its write could
+    // have ended, and a write notes itself (`started_writing`) before it
+    // makes a file, so the file's write is either still noted when asked,
+    // or it ended, having committed (the version read after names the
+    // file) or failed (the file is garbage). Timestamps cannot replace
+    // this for our own writes: S3-compatible stores report them in whole
+    // seconds, and the store's clock is not ours.
+    let cutoff: DateTime<Utc> = (SystemTime::now() - options.sweep_grace).into();
+    let mut listed = vec![];
+    for area in FILE_AREAS {
+        let files: Vec<_> = warehouse
+            .store()
+            .list(Some(&warehouse.path(area)))
+            .try_collect()
+            .await
+            .map_err(|e| store_error("listing the warehouse", &e))?;
+        listed.extend(files);
+    }
+    let (named, live_dirs) = named_files(catalog)?;
+    let mut swept = Swept::default();
+    for file in listed {
+        let name = file.location.filename().unwrap_or_default();
+        if named.contains(&file.location)
+            || catalog.is_being_written(name)
+            || file.last_modified > cutoff
+        {
+            continue;
+        }
+        match warehouse.store().delete(&file.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => swept.files += 1,
+            Err(e) => return Err(store_error("deleting an unnamed file", &e)),
+        }
+    }
+    if let Some(root) = warehouse.local_dir() {
+        swept.files += sweep_local_leftovers(catalog, root, &live_dirs, options.sweep_grace);
+    }
+    swept.versions = catalog.prune_versions(VERSIONS_KEPT).await?;
+    if swept.files > 0 {
+        tracing::info!(files = swept.files, "swept files no catalog version names");
+    }
+    metrics::counter!(squadron_coordinator::metrics::SWEPT_FILES).increment(swept.files as u64);
+    Ok(swept)
+}
+
+/// The files the newest version names or the janitor holds for their
+/// retention, and the directories of the tables that exist.
+fn named_files(catalog: &WarehouseCatalog) -> Result<(HashSet<Path>, HashSet<Path>), Error> {
+    let warehouse = catalog.warehouse();
+    // The version before the janitor's files: a commit releases the files
+    // it stops naming before it shows its version, so a file is in one or
+    // the other whenever the commit falls between the two reads.
     let current = catalog.current();
+    let mut named = catalog.janitor().pending();
     let tables = current
         .entries
         .iter()
@@ -78,46 +122,15 @@ pub async fn sweep(catalog: &WarehouseCatalog) -> Result<Swept, Error> {
                 .map(|f| dir.prefix().clone().join(f.name.as_str())),
         );
     }
-    let cutoff: DateTime<Utc> = (SystemTime::now() - options.sweep_grace).into();
-    let mut swept = Swept::default();
-    for area in FILE_AREAS {
-        let listed: Vec<_> = warehouse
-            .store()
-            .list(Some(&warehouse.path(area)))
-            .try_collect()
-            .await
-            .map_err(|e| store_error("listing the warehouse", &e))?;
-        for file in listed {
-            let name = file.location.filename().unwrap_or_default();
-            let being_written = writing
-                .iter()
-                .any(|prefix| name.starts_with(prefix.as_str()));
-            if named.contains(&file.location) || being_written || file.last_modified > cutoff {
-                continue;
-            }
-            match warehouse.store().delete(&file.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => swept.files += 1,
-                Err(e) => return Err(store_error("deleting an unnamed file", &e)),
-            }
-        }
-    }
-    if let Some(root) = warehouse.local_dir() {
-        swept.files += sweep_local_leftovers(root, &live_dirs, &writing, options.sweep_grace);
-    }
-    swept.versions = catalog.prune_versions(VERSIONS_KEPT).await?;
-    if swept.files > 0 {
-        tracing::info!(files = swept.files, "swept files no catalog version names");
-    }
-    metrics::counter!(squadron_coordinator::metrics::SWEPT_FILES).increment(swept.files as u64);
-    Ok(swept)
+    Ok((named, live_dirs))
 }
 
 /// On a local warehouse: staging files of uploads cut short (the store's
 /// listing hides them) and the empty directories of tables that are gone.
 fn sweep_local_leftovers(
+    catalog: &WarehouseCatalog,
     root: &std::path::Path,
     live_dirs: &HashSet<Path>,
-    writing: &[String],
     grace: Duration,
 ) -> usize {
     let mut removed = 0;
@@ -137,7 +150,8 @@ fn sweep_local_leftovers(
                     .metadata()
                     .and_then(|m| m.modified())
                     .is_ok_and(|t| t.elapsed().unwrap_or_default() >= grace);
-                let written = writing.iter().any(|p| name.starts_with(p.as_str()));
+                // Asked after the file was seen, as in `sweep`.
+                let written = catalog.is_being_written(&name);
                 if staging && old && !written && std::fs::remove_file(file.path()).is_ok() {
                     removed += 1;
                 }
