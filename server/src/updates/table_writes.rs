@@ -7,7 +7,8 @@
 //! cancelled or its client hangs up, dropping it removes every file the
 //! write made, and once it committed, the files of failed task attempts
 //! that the commit does not name. A file a straggling task finishes after
-//! that is left to the sweep.
+//! that is left to the sweep, and so are the files of a commit the store
+//! did not answer (its version may still land).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
-use squadron_common::error::Error;
+use squadron_common::error::{Error, ErrorKind};
 use squadron_exec::write::{read_written, RowFlag, StoredFormat, WriteTarget, Written};
 use squadron_net::stream::decode::decoded_batches;
 
@@ -166,7 +167,11 @@ impl PendingWrite {
         let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
         tokio::spawn(async move {
             let result = commit(Arc::clone(&self.catalog)).await;
-            if result.is_ok() {
+            // UNAVAILABLE: the store did not answer, and the version naming
+            // these files may still land; the sweep removes them later if
+            // none does.
+            let may_have_landed = matches!(&result, Err(e) if e.kind() == ErrorKind::Unavailable);
+            if result.is_ok() || may_have_landed {
                 self.keep(names);
             }
             result

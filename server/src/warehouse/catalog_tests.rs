@@ -23,11 +23,13 @@ use crate::catalog::persisted::{encode_schema, DataFile, Entry, Managed};
 use squadron_exec::managed_table::ManagedTable;
 
 /// An in-memory store whose writes fail while `failing` is set (a full
-/// disk, an unreachable store).
+/// disk, an unreachable store), or land but are answered with an error
+/// while `losing_answers` is (a connection cut before the answer).
 #[derive(Debug, Default)]
 struct FailingStore {
     inner: InMemory,
     failing: AtomicBool,
+    losing_answers: AtomicBool,
 }
 
 impl std::fmt::Display for FailingStore {
@@ -57,7 +59,14 @@ impl ObjectStore for FailingStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.refuse()?;
-        self.inner.put_opts(location, payload, opts).await
+        let put = self.inner.put_opts(location, payload, opts).await?;
+        if self.losing_answers.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "test",
+                source: "connection reset before the answer".into(),
+            });
+        }
+        Ok(put)
     }
 
     async fn put_multipart_opts(
@@ -200,6 +209,34 @@ async fn a_commit_that_fails_changes_nothing_shown_or_kept() {
     // And the store back, the next commit goes through.
     catalog.commit(&ctx, append("t", &["c"])).await.unwrap();
     assert_eq!(registered_files(&ctx, "t").await.unwrap(), vec!["a", "c"]);
+}
+
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_counts_as_made() {
+    let store = Arc::new(FailingStore::default());
+    let ctx = context(&store);
+    let catalog = open(&ctx).await;
+    let create = Change::Create {
+        table: table("t", &["a"]),
+        replace: false,
+    };
+    catalog.commit(&ctx, create).await.unwrap();
+
+    // The version lands and the store's answer is lost: the statement
+    // succeeds once, not twice (an append applied again would name its
+    // files twice) and not never (its files would be removed).
+    store.losing_answers.store(true, Ordering::SeqCst);
+    catalog.commit(&ctx, append("t", &["b"])).await.unwrap();
+    store.losing_answers.store(false, Ordering::SeqCst);
+    assert_eq!(committed_files(&catalog, "t").unwrap(), vec!["a", "b"]);
+    assert_eq!(registered_files(&ctx, "t").await.unwrap(), vec!["a", "b"]);
+    let restarted = context(&store);
+    let reopened = open(&restarted).await;
+    assert_eq!(reopened.current().version, catalog.current().version);
+    assert_eq!(
+        registered_files(&restarted, "t").await.unwrap(),
+        vec!["a", "b"]
+    );
 }
 
 #[tokio::test]

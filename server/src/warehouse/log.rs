@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use object_store::{PutMode, PutOptions, PutPayload};
-use squadron_common::error::Error;
+use squadron_common::error::{Error, ErrorKind};
 
 use super::Warehouse;
 
@@ -163,18 +163,41 @@ impl CatalogLog {
         let put = self
             .warehouse
             .store()
-            .put_opts(&self.path(version), PutPayload::from(bytes), options)
+            .put_opts(
+                &self.path(version),
+                PutPayload::from(bytes.clone()),
+                options,
+            )
             .await;
-        match put {
-            Ok(_) => Ok(()),
-            Err(
+        let Err(e) = put else {
+            return Ok(());
+        };
+        // The store's answer is not the whole truth: a PUT that landed may
+        // be answered with an error (a lost answer; the client's retry of
+        // it is then refused as existing), so what the version holds
+        // decides.
+        let what = format!("committing catalog version {version}");
+        match self.holds(version, &bytes).await {
+            Ok(Some(true)) => Ok(()),
+            Ok(Some(false)) => Err(WriteError::Conflict),
+            _ if matches!(
+                e,
                 object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            ) => Err(WriteError::Conflict),
-            Err(e) => Err(WriteError::Failed(store_error(
-                &format!("committing catalog version {version}"),
-                &e,
-            ))),
+                    | object_store::Error::Precondition { .. }
+            ) =>
+            {
+                Err(WriteError::Conflict)
+            }
+            _ => Err(WriteError::Failed(outcome_unknown(store_error(&what, &e)))),
+        }
+    }
+
+    /// Whether `version` holds `bytes` (`None`: it does not exist).
+    async fn holds(&self, version: u64, bytes: &[u8]) -> Result<Option<bool>, Error> {
+        match self.read(version).await {
+            Ok(read) => Ok(Some(read.as_ref() == bytes)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -191,6 +214,21 @@ impl CatalogLog {
         }
         Ok(old)
     }
+}
+
+/// A store that did not answer may still make the version later (a
+/// request it received after we stopped waiting): the client is told, and
+/// the statement leaves its files to the sweep (`PendingWrite`), which
+/// takes them only if no version names them after `--sweep-grace`.
+fn outcome_unknown(e: Error) -> Error {
+    if e.kind() != ErrorKind::Unavailable {
+        return e;
+    }
+    Error::unavailable(format!(
+        "{}; whether the statement took effect is not known (its catalog version may \
+         still land)",
+        e.message()
+    ))
 }
 
 /// Writes a version into a local directory: a temporary file, synced,
@@ -218,9 +256,15 @@ fn write_synced(dir: &std::path::Path, version: u64, bytes: &[u8]) -> Result<(),
     let linked = std::fs::hard_link(&tmp, dir.join(file_name(version)));
     let _ = std::fs::remove_file(&tmp);
     match linked {
+        // Linked, the version is visible: if the directory cannot be
+        // synced, it may or may not outlive a crash of the machine.
         Ok(()) => std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(failed),
+            .map_err(|e| {
+                WriteError::Failed(outcome_unknown(Error::unavailable(format!(
+                    "{what}: syncing the catalog directory: {e}"
+                ))))
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(WriteError::Conflict),
         Err(e) => Err(failed(e)),
     }
