@@ -216,7 +216,7 @@ impl BuildKeys {
 }
 
 /// Types whose values convert to i64 exactly, in order.
-fn is_integral(data_type: &DataType) -> bool {
+pub(super) fn is_integral(data_type: &DataType) -> bool {
     matches!(
         data_type,
         DataType::Int8

@@ -32,13 +32,17 @@
 //!
 //! The filter arrives before the probe side is read: a hash join reads
 //! its probe side only once its build side is collected, and its probe
-//! side is executed (its scans opened) only then (`DeferredExec`). What crosses stages is not covered here: a probe side
-//! scanned in another stage (a partitioned join's shuffle) is not pruned.
+//! side is executed (its scans opened) only then (`DeferredExec`). A scan
+//! uses it to skip row groups; where another join lies between the scan
+//! and the join, a `FilterExec` over the scan also drops its rows
+//! (`scans_below_joins`).
 
 mod bloom;
 mod build_side;
 mod deferred;
 mod keys;
+mod row_form;
+mod scans_below_joins;
 mod stage_reads;
 mod trial;
 
@@ -64,6 +68,7 @@ pub use bloom::KeyBloomExpr;
 pub use build_side::{BuildSideFilterExec, FILTERS_PUBLISHED};
 pub use deferred::DeferredExec;
 pub use keys::{BuildKeys, MAX_LISTED, MAX_RANGES};
+use scans_below_joins::filter_scans_below_joins;
 use stage_reads::filter_stage_reads;
 
 use crate::squadron_options::SquadronOptions;
@@ -146,8 +151,8 @@ pub fn with_dynamic_filters(
             bloom_filters && read.is_some(),
         ));
         let mut probe = read.unwrap_or_else(|| Arc::clone(join.right()));
-        if scanned {
-            probe = Arc::new(DeferredExec::new(probe));
+        if let (true, Some(id)) = (scanned, id) {
+            probe = Arc::new(DeferredExec::new(filter_scans_below_joins(&probe, id)?));
         }
         let rebuilt = join
             .builder()

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{DataType, Schema};
@@ -23,11 +23,15 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
+use super::row_form::row_form;
 use crate::stream::filter::{given_up, TRIAL_ROWS};
 
 #[derive(Debug)]
 pub struct TrialFilter {
     filter: Arc<dyn PhysicalExpr>,
+    /// The filter's row form (`row_form`) for the generation it was made
+    /// of.
+    row_form: Mutex<Option<(u64, Arc<dyn PhysicalExpr>)>>,
     /// Rows tried since the filter was published, and how many it kept.
     seen: AtomicU64,
     kept: AtomicU64,
@@ -39,9 +43,24 @@ impl TrialFilter {
     pub fn new(filter: Arc<dyn PhysicalExpr>) -> Self {
         Self {
             filter,
+            row_form: Mutex::new(None),
             seen: AtomicU64::new(0),
             kept: AtomicU64::new(0),
         }
+    }
+
+    /// The filter as published now, in its row form.
+    fn now(&self) -> Result<Arc<dyn PhysicalExpr>> {
+        let generation = self.filter.snapshot_generation();
+        let mut cached = self.row_form.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((made_of, form)) = cached.as_ref() {
+            if *made_of == generation {
+                return Ok(Arc::clone(form));
+            }
+        }
+        let form = row_form(&self.filter)?;
+        *cached = Some((generation, Arc::clone(&form)));
+        Ok(form)
     }
 
     fn given_up(&self) -> bool {
@@ -89,7 +108,7 @@ impl PhysicalExpr for TrialFilter {
         if self.given_up() {
             return Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))));
         }
-        let value = self.filter.evaluate(batch)?;
+        let value = self.now()?.evaluate(batch)?;
         // Generation 1 is the filter before its build side published it.
         let published = self.filter.snapshot_generation() > 1;
         if published && self.seen.load(Ordering::Relaxed) < TRIAL_ROWS {

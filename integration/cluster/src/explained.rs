@@ -16,15 +16,35 @@ pub fn rows_scanned(explained: &[RecordBatch], file: &str) -> u64 {
 pub fn rows_out(explained: &[RecordBatch], texts: &[&str]) -> u64 {
     lines(explained)
         .filter(|line| texts.iter().all(|t| line.contains(t)))
-        .map(|line| {
-            let metrics = line.split("metrics=[").nth(1).unwrap_or_default();
-            metrics
-                .split(", ")
-                .find_map(|m| m.strip_prefix("output_rows="))
-                .and_then(|n| n.trim_end_matches(']').parse::<u64>().ok())
-                .unwrap_or(0)
-        })
+        .map(output_rows)
         .sum()
+}
+
+/// The `output_rows` metric of one operator's line.
+fn output_rows(line: &str) -> u64 {
+    let metrics = line.split("metrics=[").nth(1).unwrap_or_default();
+    metrics
+        .split(", ")
+        .find_map(|m| m.strip_prefix("output_rows="))
+        .and_then(|n| n.trim_end_matches(']').parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// The rows into and out of the dynamic filters placed directly over
+/// scans of files whose path contains `file` (`FilterExec: DynamicFilter`
+/// lines each followed by its scan's), summed over every task.
+pub fn dynamic_filters_over_scans(explained: &[RecordBatch], file: &str) -> (u64, u64) {
+    let lines: Vec<&str> = lines(explained).collect();
+    lines
+        .windows(2)
+        .filter(|pair| {
+            pair[0]
+                .trim_start()
+                .starts_with("FilterExec: DynamicFilter")
+        })
+        .filter(|pair| pair[1].contains("DataSourceExec") && pair[1].contains(file))
+        .map(|pair| (output_rows(pair[1]), output_rows(pair[0])))
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
 }
 
 /// The rows producing tasks did not send because their consumers' filters
