@@ -1,119 +1,23 @@
 //! Commits of `WarehouseCatalog` against an object store that can be made
 //! to fail, and two coordinators sharing one warehouse.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::SessionContext;
-use futures::stream::BoxStream;
-use object_store::memory::InMemory;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::ObjectStore;
 
 use super::changes::Change;
 use super::janitor::{Janitor, JanitorOptions};
+use super::test_store::TestStore;
 use super::{Warehouse, WarehouseCatalog};
 use crate::catalog::persisted::{encode_schema, DataFile, Entry, Managed};
 use squadron_exec::managed_table::ManagedTable;
 
-/// An in-memory store whose writes fail while `failing` is set (a full
-/// disk, an unreachable store), or land but are answered with an error
-/// while `losing_answers` is (a connection cut before the answer).
-#[derive(Debug, Default)]
-struct FailingStore {
-    inner: InMemory,
-    failing: AtomicBool,
-    losing_answers: AtomicBool,
-}
-
-impl std::fmt::Display for FailingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FailingStore")
-    }
-}
-
-impl FailingStore {
-    fn refuse(&self) -> object_store::Result<()> {
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(object_store::Error::Generic {
-                store: "test",
-                source: "the store is down".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl ObjectStore for FailingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.refuse()?;
-        let put = self.inner.put_opts(location, payload, opts).await?;
-        if self.losing_answers.load(Ordering::SeqCst) {
-            return Err(object_store::Error::Generic {
-                store: "test",
-                source: "connection reset before the answer".into(),
-            });
-        }
-        Ok(put)
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.refuse()?;
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.refuse()?;
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
 /// A coordinator's context whose `memory://` store is `store`.
-fn context(store: &Arc<FailingStore>) -> SessionContext {
+fn context(store: &Arc<TestStore>) -> SessionContext {
     let runtime = RuntimeEnv::default();
     let url = url::Url::parse("memory://").unwrap();
     runtime.register_object_store(&url, Arc::clone(store) as Arc<dyn ObjectStore>);
@@ -175,7 +79,7 @@ fn committed_files(catalog: &WarehouseCatalog, name: &str) -> Option<Vec<String>
 
 #[tokio::test]
 async fn a_commit_that_fails_changes_nothing_shown_or_kept() {
-    let store = Arc::new(FailingStore::default());
+    let store = Arc::new(TestStore::default());
     let ctx = context(&store);
     let catalog = open(&ctx).await;
     let create = Change::Create {
@@ -213,7 +117,7 @@ async fn a_commit_that_fails_changes_nothing_shown_or_kept() {
 
 #[tokio::test]
 async fn a_commit_whose_answer_was_lost_counts_as_made() {
-    let store = Arc::new(FailingStore::default());
+    let store = Arc::new(TestStore::default());
     let ctx = context(&store);
     let catalog = open(&ctx).await;
     let create = Change::Create {
@@ -241,7 +145,7 @@ async fn a_commit_whose_answer_was_lost_counts_as_made() {
 
 #[tokio::test]
 async fn two_coordinators_appending_at_once_both_take_effect() {
-    let store = Arc::new(FailingStore::default());
+    let store = Arc::new(TestStore::default());
     let (one, two) = (context(&store), context(&store));
     let first = open(&one).await;
     let create = Change::Create {
@@ -284,7 +188,7 @@ async fn two_coordinators_appending_at_once_both_take_effect() {
 
 #[tokio::test]
 async fn a_dropped_table_goes_and_a_replaced_one_reads_its_own_files() {
-    let store = Arc::new(FailingStore::default());
+    let store = Arc::new(TestStore::default());
     let ctx = context(&store);
     let catalog = open(&ctx).await;
     let create = |files: &[&str], replace| Change::Create {

@@ -32,6 +32,8 @@ pub mod log;
 pub mod sweep;
 #[cfg(test)]
 mod sweep_tests;
+#[cfg(test)]
+mod test_store;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,128 +1,27 @@
 //! The sweep against a store whose timestamps cannot be trusted to the
 //! second, with a write starting while the sweep runs.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::SessionContext;
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
-use futures::StreamExt;
-use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::changes::Change;
 use super::janitor::{Janitor, JanitorOptions};
 use super::sweep::sweep;
+use super::test_store::TestStore;
 use super::{Warehouse, WarehouseCatalog};
 use crate::catalog::persisted::{encode_schema, DataFile, Managed};
 
-type Hook = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
-
-/// An in-memory store that lists every file as a second older than it is
-/// (S3-compatible stores list times in whole seconds; a store's clock may
-/// run behind the coordinator's), and runs `on_list` once, when the table
-/// files are first listed: a write starting at that moment.
-#[derive(Default)]
-struct BehindStore {
-    inner: Arc<InMemory>,
-    on_list: Mutex<Option<Hook>>,
-}
-
-impl std::fmt::Debug for BehindStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BehindStore")
-    }
-}
-
-impl std::fmt::Display for BehindStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BehindStore")
-    }
-}
-
-#[async_trait]
-impl ObjectStore for BehindStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let tables = prefix.is_some_and(|p| p.as_ref().ends_with("tables"));
-        let hook = if tables {
-            self.on_list.lock().unwrap().take()
-        } else {
-            None
-        };
-        let inner = Arc::clone(&self.inner);
-        let prefix = prefix.cloned();
-        futures::stream::once(async move {
-            if let Some(hook) = hook {
-                hook().await;
-            }
-        })
-        .flat_map(move |()| inner.list(prefix.as_ref()))
-        .map(|meta| {
-            meta.map(|mut meta| {
-                meta.last_modified -= chrono::Duration::seconds(1);
-                meta
-            })
-        })
-        .boxed()
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
 #[tokio::test]
 async fn a_write_that_starts_while_the_sweep_runs_keeps_its_files() {
-    let store = Arc::new(BehindStore::default());
+    let store = Arc::new(TestStore::default());
+    store.listing_behind.store(true, Ordering::SeqCst);
     let runtime = RuntimeEnv::default();
     let url = url::Url::parse("memory://").unwrap();
     runtime.register_object_store(&url, Arc::clone(&store) as Arc<dyn ObjectStore>);
