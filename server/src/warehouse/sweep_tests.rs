@@ -1,5 +1,6 @@
-//! The sweep against a store whose timestamps cannot be trusted to the
-//! second, with a write starting while the sweep runs.
+//! The sweep: what it removes, and what it leaves against a store whose
+//! timestamps cannot be trusted to the second, with a write starting
+//! while the sweep runs.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,6 +19,89 @@ use super::test_store::TestStore;
 use super::{Warehouse, WarehouseCatalog};
 use crate::catalog::persisted::{encode_schema, DataFile, Managed};
 
+/// The catalog of the warehouse at `url`, swept with no grace: the sweep
+/// may take any unnamed file nobody writes.
+async fn catalog_without_grace(url: &str, ctx: &SessionContext) -> Arc<WarehouseCatalog> {
+    let runtime = ctx.runtime_env();
+    let warehouse = Warehouse::open(url, &runtime).unwrap();
+    let options = JanitorOptions {
+        retention: Duration::from_secs(3600),
+        sweep_interval: Duration::ZERO,
+        sweep_grace: Duration::ZERO,
+    };
+    WarehouseCatalog::open(warehouse, None, Janitor::new(runtime, options), ctx)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_sweep_removes_what_no_version_names_and_nobody_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = SessionContext::new();
+    let catalog = catalog_without_grace(dir.path().to_str().unwrap(), &ctx).await;
+    let table_dir = dir.path().join("tables").join("t-1");
+    std::fs::create_dir_all(&table_dir).unwrap();
+    let names = [
+        "kept.parquet",
+        "replaced.parquet",
+        "orphan.parquet",
+        "part-writing-00000-0-0.parquet",
+        "part-gone-00000-0-0.parquet#1",
+    ];
+    for name in names {
+        std::fs::write(table_dir.join(name), b"x").unwrap();
+    }
+    let file = |name: &str| DataFile {
+        name: name.into(),
+        bytes: 1,
+        rows: 1,
+    };
+    let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+    let table = Managed {
+        name: "t".into(),
+        id: "1".into(),
+        location: "tables/t-1/".into(),
+        format: "parquet".into(),
+        schema: encode_schema(&schema).unwrap(),
+        files: vec![file("kept.parquet"), file("replaced.parquet")],
+        keys: vec![],
+        defaults: vec![],
+    };
+    let create = Change::Create {
+        table,
+        replace: false,
+    };
+    catalog.commit(&ctx, create).await.unwrap();
+    // An UPDATE replaced one file: released, kept for the retention.
+    let rewrite = Change::Rewrite {
+        name: "t".into(),
+        id: "1".into(),
+        removed: vec!["replaced.parquet".into()],
+        added: vec![],
+    };
+    catalog.commit(&ctx, rewrite).await.unwrap();
+    catalog.started_writing("writing");
+
+    let swept = sweep(&catalog).await.unwrap();
+    let mut left: Vec<String> = std::fs::read_dir(&table_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        vec![
+            "kept.parquet",
+            "part-writing-00000-0-0.parquet",
+            "replaced.parquet"
+        ]
+    );
+    assert_eq!(swept.files, 2);
+    // The write ended without committing: the next sweep takes it.
+    catalog.finished_writing("writing");
+    assert_eq!(sweep(&catalog).await.unwrap().files, 1);
+}
+
 #[tokio::test]
 async fn a_write_that_starts_while_the_sweep_runs_keeps_its_files() {
     let store = Arc::new(TestStore::default());
@@ -26,17 +110,7 @@ async fn a_write_that_starts_while_the_sweep_runs_keeps_its_files() {
     let url = url::Url::parse("memory://").unwrap();
     runtime.register_object_store(&url, Arc::clone(&store) as Arc<dyn ObjectStore>);
     let ctx = SessionContext::new_with_config_rt(Default::default(), Arc::new(runtime));
-    let runtime = ctx.runtime_env();
-    let warehouse = Warehouse::open("memory:///wh/", &runtime).unwrap();
-    // No grace: the sweep may take any unnamed file nobody writes.
-    let options = JanitorOptions {
-        retention: Duration::from_secs(3600),
-        sweep_interval: Duration::ZERO,
-        sweep_grace: Duration::ZERO,
-    };
-    let catalog = WarehouseCatalog::open(warehouse, None, Janitor::new(runtime, options), &ctx)
-        .await
-        .unwrap();
+    let catalog = catalog_without_grace("memory:///wh/", &ctx).await;
     let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
     let table = Managed {
         name: "t".into(),
