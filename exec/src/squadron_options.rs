@@ -41,6 +41,10 @@ pub struct SquadronOptions {
     pub join_reorder_samples: bool,
     /// See `KEY_RANGE_SPLITS`.
     pub key_range_splits: bool,
+    /// See `NARROW_DECIMALS`.
+    pub narrow_decimals: bool,
+    /// See `ADAPTIVE_FILTERS`.
+    pub adaptive_filters: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -145,6 +149,21 @@ const KEY_RANGE_SPLITS: (&str, &str) = (
      task reading its range of every table, instead of shuffling them",
 );
 
+const NARROW_DECIMALS: (&str, &str) = (
+    "narrow_decimals",
+    "Whether a task computes decimal +, - and * in 64 bits for the batches whose values \
+     keep every result within 64 bits (the same values, without a 128-bit overflow check \
+     per row), rather than always as Arrow does",
+);
+
+const ADAPTIVE_FILTERS: (&str, &str) = (
+    "adaptive_filters",
+    "Whether a task evaluates the terms of a filter (a AND b AND ...; comparisons, IN, LIKE, \
+     null tests) in the order its batches show is cheapest, each on the rows the terms before \
+     it kept, rather than in the order the query wrote them (EXPLAIN ANALYZE shows the order \
+     settled on)",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -157,6 +176,8 @@ impl Default for SquadronOptions {
             join_reorder: true,
             join_reorder_samples: false,
             key_range_splits: true,
+            narrow_decimals: true,
+            adaptive_filters: true,
         }
     }
 }
@@ -184,6 +205,8 @@ impl ExtensionOptions for SquadronOptions {
             k if k == JOIN_REORDER.0 => self.join_reorder.set(k, value),
             k if k == JOIN_REORDER_SAMPLES.0 => self.join_reorder_samples.set(k, value),
             k if k == KEY_RANGE_SPLITS.0 => self.key_range_splits.set(k, value),
+            k if k == NARROW_DECIMALS.0 => self.narrow_decimals.set(k, value),
+            k if k == ADAPTIVE_FILTERS.0 => self.adaptive_filters.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -219,6 +242,8 @@ impl ExtensionOptions for SquadronOptions {
             entry(JOIN_REORDER, self.join_reorder.to_string()),
             entry(JOIN_REORDER_SAMPLES, self.join_reorder_samples.to_string()),
             entry(KEY_RANGE_SPLITS, self.key_range_splits.to_string()),
+            entry(NARROW_DECIMALS, self.narrow_decimals.to_string()),
+            entry(ADAPTIVE_FILTERS, self.adaptive_filters.to_string()),
         ]
     }
 }

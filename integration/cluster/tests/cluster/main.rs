@@ -26,6 +26,7 @@ mod slow_reader;
 mod socket_options;
 mod stage_plans;
 mod table_formats;
+mod task_rewrites;
 mod tpch_distributed;
 mod worker_faults;
 mod worker_loss;
