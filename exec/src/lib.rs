@@ -10,9 +10,10 @@
 //! - `object_stores`: remote tables' stores, built from the environment
 //! - `dynamic_filters`: a task's join build sides and TopK thresholds
 //!   pruning its scans
-//! - `narrow_decimals`, `conjunct_order`: what a task changes in its plan
-//!   for speed alone (decimal arithmetic in 64 bits, filter terms in the
-//!   order their batches show is cheapest)
+//! - `narrow_decimals`, `like_substrings`, `conjunct_order`: what a task
+//!   changes in its plan for speed alone (decimal arithmetic in 64 bits,
+//!   `LIKE` patterns of several literals as substring searches, filter
+//!   terms in the order their batches show is cheapest)
 //! - `squadron_options`: the `squadron.*` session settings
 //! - `execution_runtime`: the threads plans execute on, apart from the
 //!   threads serving gRPC
@@ -23,6 +24,7 @@ pub mod configured_functions;
 pub mod conjunct_order;
 pub mod dynamic_filters;
 pub mod execution_runtime;
+pub mod like_substrings;
 pub mod managed_table;
 pub mod narrow_decimals;
 pub mod object_stores;

@@ -45,6 +45,8 @@ pub struct SquadronOptions {
     pub narrow_decimals: bool,
     /// See `ADAPTIVE_FILTERS`.
     pub adaptive_filters: bool,
+    /// See `LIKE_SUBSTRINGS`.
+    pub like_substrings: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -164,6 +166,13 @@ const ADAPTIVE_FILTERS: (&str, &str) = (
      settled on)",
 );
 
+const LIKE_SUBSTRINGS: (&str, &str) = (
+    "like_substrings",
+    "Whether a task's filters match a LIKE pattern of several literals separated by % \
+     ('%special%requests%') by searching the literals in order, rather than by the regular \
+     expression Arrow builds for it",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -178,6 +187,7 @@ impl Default for SquadronOptions {
             key_range_splits: true,
             narrow_decimals: true,
             adaptive_filters: true,
+            like_substrings: true,
         }
     }
 }
@@ -207,6 +217,7 @@ impl ExtensionOptions for SquadronOptions {
             k if k == KEY_RANGE_SPLITS.0 => self.key_range_splits.set(k, value),
             k if k == NARROW_DECIMALS.0 => self.narrow_decimals.set(k, value),
             k if k == ADAPTIVE_FILTERS.0 => self.adaptive_filters.set(k, value),
+            k if k == LIKE_SUBSTRINGS.0 => self.like_substrings.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -244,6 +255,7 @@ impl ExtensionOptions for SquadronOptions {
             entry(KEY_RANGE_SPLITS, self.key_range_splits.to_string()),
             entry(NARROW_DECIMALS, self.narrow_decimals.to_string()),
             entry(ADAPTIVE_FILTERS, self.adaptive_filters.to_string()),
+            entry(LIKE_SUBSTRINGS, self.like_substrings.to_string()),
         ]
     }
 }

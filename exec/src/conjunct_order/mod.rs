@@ -18,6 +18,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 
+use crate::like_substrings::SubstringsLikeExpr;
+
 pub use expr::AdaptiveConjunction;
 
 /// `plan` with each filter of two or more terms, none of which can fail,
@@ -90,6 +92,7 @@ fn is_safe_node(node: &Arc<dyn PhysicalExpr>) -> bool {
         || node.downcast_ref::<IsNotNullExpr>().is_some()
         || node.downcast_ref::<NotExpr>().is_some()
         || node.downcast_ref::<TryCastExpr>().is_some()
+        || node.downcast_ref::<SubstringsLikeExpr>().is_some()
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ use squadron_common::version::engine_build;
 use squadron_exec::configured_functions::refresh_configured_functions;
 use squadron_exec::conjunct_order::with_adaptive_conjunctions;
 use squadron_exec::dynamic_filters::with_dynamic_filters;
+use squadron_exec::like_substrings::with_substring_likes;
 use squadron_exec::narrow_decimals::with_narrow_decimals;
 use squadron_exec::plan::guard::{check_plan, DataRoots};
 use squadron_exec::plan::{decode_plan, StageBinding, StageReadExec};
@@ -582,8 +583,9 @@ fn bind_inputs(
 }
 
 /// What a task changes in its plan for speed alone, as its session allows:
-/// decimal arithmetic in 64 bits where the values allow it, and filters'
-/// terms in the order their batches show is cheapest.
+/// decimal arithmetic in 64 bits where the values allow it, `LIKE`s of
+/// several literals as substring searches, and filters' terms in the order
+/// their batches show is cheapest.
 fn with_task_local_rewrites(
     plan: Arc<dyn ExecutionPlan>,
     options: &ConfigOptions,
@@ -592,6 +594,12 @@ fn with_task_local_rewrites(
     let plan = if squadron.narrow_decimals {
         with_narrow_decimals(plan)
             .map_err(|e| Error::internal(format!("cannot narrow decimal arithmetic: {e}")))?
+    } else {
+        plan
+    };
+    let plan = if squadron.like_substrings {
+        with_substring_likes(plan)
+            .map_err(|e| Error::internal(format!("cannot rewrite LIKE patterns: {e}")))?
     } else {
         plan
     };

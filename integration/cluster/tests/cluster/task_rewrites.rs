@@ -1,7 +1,9 @@
 //! What a task changes in its plan for speed alone: decimal arithmetic in
-//! 64 bits (`squadron.narrow_decimals`) and filter terms in the order
-//! their batches show is cheapest (`squadron.adaptive_filters`). The
-//! answers are the oracle's with both on and both off, and a filter
+//! 64 bits (`squadron.narrow_decimals`), `LIKE` patterns of several
+//! literals as substring searches (`squadron.like_substrings`) and filter
+//! terms in the order their batches show is cheapest
+//! (`squadron.adaptive_filters`). The answers are the oracle's with all
+//! on and all off, and a filter
 //! written with its costly, unselective term first runs its cheap,
 //! selective term first.
 
@@ -61,6 +63,9 @@ async fn answers_hold_with_task_rewrites_on_and_off_and_filters_reorder() {
         .await
         .unwrap();
     query(&mut off, "SET squadron.adaptive_filters = false")
+        .await
+        .unwrap();
+    query(&mut off, "SET squadron.like_substrings = false")
         .await
         .unwrap();
 
