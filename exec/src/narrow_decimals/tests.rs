@@ -62,6 +62,16 @@ fn both(
     (wide, Arc::new(narrow))
 }
 
+/// `a op b` over the batch's two columns, as planned and narrow.
+fn columns_a_b(op: Operator, schema: &Schema) -> (Arc<dyn PhysicalExpr>, Arc<dyn PhysicalExpr>) {
+    both(
+        col("a", schema).unwrap(),
+        op,
+        col("b", schema).unwrap(),
+        schema,
+    )
+}
+
 fn evaluated(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
     expr.evaluate(batch)?.into_array(batch.num_rows())
 }
@@ -85,12 +95,7 @@ fn products_of_money_equal_arrows() {
         decimals(10_000, 11, 2, 15, 2),
     );
     let schema = b.schema();
-    let (wide, narrow) = both(
-        col("a", &schema).unwrap(),
-        Operator::Multiply,
-        col("b", &schema).unwrap(),
-        &schema,
-    );
+    let (wide, narrow) = columns_a_b(Operator::Multiply, &schema);
     assert!(is_narrow(&narrow, &b));
     assert_same(&wide, &narrow, &b);
 }
@@ -103,12 +108,7 @@ fn sums_and_differences_rescale_as_arrow_does() {
     );
     let schema = b.schema();
     for op in [Operator::Plus, Operator::Minus] {
-        let (wide, narrow) = both(
-            col("a", &schema).unwrap(),
-            op,
-            col("b", &schema).unwrap(),
-            &schema,
-        );
+        let (wide, narrow) = columns_a_b(op, &schema);
         assert!(is_narrow(&narrow, &b));
         assert_same(&wide, &narrow, &b);
     }
@@ -151,12 +151,7 @@ fn values_past_64_bits_are_computed_as_planned() {
         decimals(2_000, 10i128.pow(12), 8, 38, 2),
     );
     let schema = b.schema();
-    let (wide, narrow) = both(
-        col("a", &schema).unwrap(),
-        Operator::Multiply,
-        col("b", &schema).unwrap(),
-        &schema,
-    );
+    let (wide, narrow) = columns_a_b(Operator::Multiply, &schema);
     assert!(!is_narrow(&narrow, &b));
     assert_same(&wide, &narrow, &b);
     // Past i128: the same error either way.
@@ -165,12 +160,7 @@ fn values_past_64_bits_are_computed_as_planned() {
         decimals(100, 10i128.pow(30), 10, 38, 0),
     );
     let schema = b.schema();
-    let (wide, narrow) = both(
-        col("a", &schema).unwrap(),
-        Operator::Multiply,
-        col("b", &schema).unwrap(),
-        &schema,
-    );
+    let (wide, narrow) = columns_a_b(Operator::Multiply, &schema);
     let expected = evaluated(&wide, &b).unwrap_err().to_string();
     assert_eq!(evaluated(&narrow, &b).unwrap_err().to_string(), expected);
 }
