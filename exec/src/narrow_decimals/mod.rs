@@ -59,7 +59,12 @@ fn narrow_projection(projection: &ProjectionExec) -> Result<Option<Arc<dyn Execu
     if !changed {
         return Ok(None);
     }
-    let narrowed = ProjectionExec::try_new(exprs, Arc::clone(projection.input()))?;
+    // Keeps any metadata the planned projection gave its output.
+    let narrowed = ProjectionExec::try_new_with_schema_metadata(
+        exprs,
+        Arc::clone(projection.input()),
+        &projection.schema(),
+    )?;
     Ok(Some(Arc::new(narrowed)))
 }
 

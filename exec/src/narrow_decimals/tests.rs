@@ -222,6 +222,7 @@ async fn a_projection_computes_nested_arithmetic_narrow_with_the_same_answer() {
         .unwrap(),
     );
     let narrowed = with_narrow_decimals(Arc::clone(&projection)).unwrap();
+    assert_eq!(narrowed.schema(), projection.schema());
     let narrowed_projection = narrowed.downcast_ref::<ProjectionExec>().unwrap();
     let expr = &narrowed_projection.expr()[0].expr;
     let narrow = expr.downcast_ref::<NarrowDecimalExpr>().expect("wrapped");
