@@ -10,9 +10,7 @@
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::support::{
-    client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query, WorkerProcess,
-};
+use crate::support::{client, oracle, query, tpch_on_two_workers, tpch_query};
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
 
 /// A string comparison that keeps 5/7 of the line items, then a
@@ -49,16 +47,9 @@ fn task_filters(explained: &[RecordBatch]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_hold_with_task_rewrites_on_and_off_and_filters_reorder() {
-    let (_dir, tables) = tpch_data(0.01);
-    let workers = [WorkerProcess::spawn(), WorkerProcess::spawn()];
-    let server = coordinator(
-        workers.iter().map(|w| w.url.clone()).collect(),
-        tables.clone(),
-    )
-    .await;
-    let oracle_ctx = oracle_context(&tables).await;
-    let mut on = client(&server).await;
-    let mut off = client(&server).await;
+    let cluster = tpch_on_two_workers(0.01).await;
+    let mut on = client(&cluster.server).await;
+    let mut off = client(&cluster.server).await;
     query(&mut off, "SET squadron.narrow_decimals = false")
         .await
         .unwrap();
@@ -77,7 +68,7 @@ async fn answers_hold_with_task_rewrites_on_and_off_and_filters_reorder() {
         .collect();
     sqls.push(COSTLY_TERM_FIRST.to_string());
     for sql in &sqls {
-        let expected = oracle(&oracle_ctx, sql).await;
+        let expected = oracle(&cluster.oracle, sql).await;
         for (name, session) in [("on", &mut on), ("off", &mut off)] {
             let got = query(session, sql).await.unwrap();
             same_rows(&got, &expected, is_ordered(sql))
@@ -107,5 +98,5 @@ async fn answers_hold_with_task_rewrites_on_and_off_and_filters_reorder() {
             "the planned order changed with adaptive filters off: {line}"
         );
     }
-    server.shutdown().await.unwrap();
+    cluster.server.shutdown().await.unwrap();
 }

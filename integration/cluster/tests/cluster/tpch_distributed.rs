@@ -2,27 +2,19 @@
 //! worker processes, return the rows single-node DataFusion returns over the
 //! same files.
 
-use crate::support::{
-    client, coordinator, oracle, oracle_context, query, tpch_data, tpch_query, WorkerProcess,
-};
+use crate::support::{client, oracle, query, tpch_on_two_workers, tpch_query};
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_queries_match_single_node_datafusion() {
-    let (_dir, tables) = tpch_data(0.01);
-    let workers = [WorkerProcess::spawn(), WorkerProcess::spawn()];
-    let server = coordinator(
-        workers.iter().map(|w| w.url.clone()).collect(),
-        tables.clone(),
-    )
-    .await;
-    let oracle_ctx = oracle_context(&tables).await;
-    let mut client = client(&server).await;
+    let cluster = tpch_on_two_workers(0.01).await;
+    let (server, workers, oracle_ctx) = (&cluster.server, &cluster.workers, &cluster.oracle);
+    let mut client = client(server).await;
 
     let mut failures = vec![];
     for n in 1..=22 {
         let sql = tpch_query(n);
-        let expected = oracle(&oracle_ctx, &sql).await;
+        let expected = oracle(oracle_ctx, &sql).await;
         match query(&mut client, &sql).await {
             Ok(actual) => {
                 if let Err(diff) = same_rows(&actual, &expected, is_ordered(&sql)) {
@@ -61,5 +53,5 @@ async fn tpch_queries_match_single_node_datafusion() {
             );
         }
     }
-    server.shutdown().await.unwrap();
+    cluster.server.shutdown().await.unwrap();
 }

@@ -287,6 +287,33 @@ pub async fn oracle_context(tables: &[TableSpec]) -> SessionContext {
     ctx
 }
 
+/// TPC-H at `scale` served by a coordinator over two worker processes,
+/// with the single-node oracle over the same files; the data lives as long
+/// as the value.
+pub struct TpchCluster {
+    pub _data: tempfile::TempDir,
+    pub workers: [WorkerProcess; 2],
+    pub server: RunningServer,
+    pub oracle: SessionContext,
+}
+
+pub async fn tpch_on_two_workers(scale: f64) -> TpchCluster {
+    let (data, tables) = tpch_data(scale);
+    let workers = [WorkerProcess::spawn(), WorkerProcess::spawn()];
+    let server = coordinator(
+        workers.iter().map(|w| w.url.clone()).collect(),
+        tables.clone(),
+    )
+    .await;
+    let oracle = oracle_context(&tables).await;
+    TpchCluster {
+        _data: data,
+        workers,
+        server,
+        oracle,
+    }
+}
+
 pub async fn oracle(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
     ctx.sql(sql)
         .await
