@@ -21,6 +21,21 @@ use crate::catalog::persisted::{encode_schema, DataFile, Managed};
 
 /// The catalog of the warehouse at `url`, swept with no grace: the sweep
 /// may take any unnamed file nobody writes.
+/// Table `t` (id 1, one Int64 column) at `tables/t-1/` with `files`.
+fn table_t(files: Vec<DataFile>) -> Managed {
+    let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+    Managed {
+        name: "t".into(),
+        id: "1".into(),
+        location: "tables/t-1/".into(),
+        format: "parquet".into(),
+        schema: encode_schema(&schema).unwrap(),
+        files,
+        keys: vec![],
+        defaults: vec![],
+    }
+}
+
 async fn catalog_without_grace(url: &str, ctx: &SessionContext) -> Arc<WarehouseCatalog> {
     let runtime = ctx.runtime_env();
     let warehouse = Warehouse::open(url, &runtime).unwrap();
@@ -56,17 +71,7 @@ async fn the_sweep_removes_what_no_version_names_and_nobody_writes() {
         bytes: 1,
         rows: 1,
     };
-    let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
-    let table = Managed {
-        name: "t".into(),
-        id: "1".into(),
-        location: "tables/t-1/".into(),
-        format: "parquet".into(),
-        schema: encode_schema(&schema).unwrap(),
-        files: vec![file("kept.parquet"), file("replaced.parquet")],
-        keys: vec![],
-        defaults: vec![],
-    };
+    let table = table_t(vec![file("kept.parquet"), file("replaced.parquet")]);
     let create = Change::Create {
         table,
         replace: false,
@@ -111,17 +116,7 @@ async fn a_write_that_starts_while_the_sweep_runs_keeps_its_files() {
     runtime.register_object_store(&url, Arc::clone(&store) as Arc<dyn ObjectStore>);
     let ctx = SessionContext::new_with_config_rt(Default::default(), Arc::new(runtime));
     let catalog = catalog_without_grace("memory:///wh/", &ctx).await;
-    let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
-    let table = Managed {
-        name: "t".into(),
-        id: "1".into(),
-        location: "tables/t-1/".into(),
-        format: "parquet".into(),
-        schema: encode_schema(&schema).unwrap(),
-        files: vec![],
-        keys: vec![],
-        defaults: vec![],
-    };
+    let table = table_t(vec![]);
     catalog
         .commit(
             &ctx,
