@@ -197,16 +197,28 @@ impl NarrowDecimalExpr {
     }
 }
 
-#[cfg(test)]
 impl NarrowDecimalExpr {
-    /// Whether `batch` is computed in 64 bits.
-    pub(super) fn is_narrow_for(&self, batch: &RecordBatch) -> Result<bool> {
+    /// `batch`'s result computed in 64 bits, unless its values do not
+    /// allow it (or an operand is a null constant or not a `Decimal128`).
+    fn narrow(&self, batch: &RecordBatch) -> Result<Option<ArrayRef>> {
         let l = self.left.evaluate(batch)?;
         let r = self.right.evaluate(batch)?;
-        Ok(match (operand(&l), operand(&r)) {
-            (Some(l), Some(r)) => self.fits(&l, &r),
-            _ => false,
-        })
+        let (Some(l), Some(r)) = (operand(&l), operand(&r)) else {
+            return Ok(None);
+        };
+        if !self.fits(&l, &r) {
+            return Ok(None);
+        }
+        let array = self
+            .compute(&l, &r, batch.num_rows())
+            .with_data_type(self.result_type.clone());
+        Ok(Some(Arc::new(array)))
+    }
+
+    /// Whether `batch` is computed in 64 bits.
+    #[cfg(test)]
+    pub(super) fn is_narrow_for(&self, batch: &RecordBatch) -> Result<bool> {
+        Ok(self.narrow(batch)?.is_some())
     }
 }
 
@@ -264,23 +276,10 @@ impl PhysicalExpr for NarrowDecimalExpr {
     }
 
     fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
-        let l = self.left.evaluate(batch)?;
-        let r = self.right.evaluate(batch)?;
-        let both_constant = matches!(
-            (&l, &r),
-            (ColumnarValue::Scalar(_), ColumnarValue::Scalar(_))
-        );
-        if !both_constant {
-            if let (Some(lo), Some(ro)) = (operand(&l), operand(&r)) {
-                if self.fits(&lo, &ro) {
-                    let array = self
-                        .compute(&lo, &ro, batch.num_rows())
-                        .with_data_type(self.result_type.clone());
-                    return Ok(ColumnarValue::Array(Arc::new(array) as ArrayRef));
-                }
-            }
+        match self.narrow(batch)? {
+            Some(array) => Ok(ColumnarValue::Array(array)),
+            None => self.wide.evaluate(batch),
         }
-        self.wide.evaluate(batch)
     }
 
     fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
