@@ -30,7 +30,7 @@ use datafusion::physical_plan::{
 };
 use futures::{Stream, StreamExt};
 
-use super::keys::BuildKeys;
+use super::keys::{BuildKeys, Membership};
 use crate::plan::node_children::{one_input, recomputed};
 
 /// Publishes `filter` from the build keys `build_keys` seen in its input.
@@ -44,10 +44,10 @@ pub struct BuildSideFilterExec {
     probe_keys: Vec<Arc<dyn PhysicalExpr>>,
     probe_schema: SchemaRef,
     filter: Arc<DynamicFilterPhysicalExpr>,
-    /// Whether the filter is evaluated on rows (over stage reads, at the
-    /// producers), not only used to prune scans: then it also holds a
-    /// Bloom filter of the build keys, which pruning has no use for.
-    drops_rows: bool,
+    /// How the filter tests membership of the build keys: where it drops
+    /// rows, not only prunes scans, it lists more of them or holds a Bloom
+    /// filter of them, which pruning has no use for.
+    membership: Membership,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -61,7 +61,7 @@ impl BuildSideFilterExec {
         probe_keys: Vec<Arc<dyn PhysicalExpr>>,
         probe_schema: SchemaRef,
         filter: Arc<DynamicFilterPhysicalExpr>,
-        drops_rows: bool,
+        membership: Membership,
     ) -> Self {
         Self {
             input,
@@ -69,7 +69,7 @@ impl BuildSideFilterExec {
             probe_keys,
             probe_schema,
             filter,
-            drops_rows,
+            membership,
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
@@ -127,7 +127,7 @@ impl ExecutionPlan for BuildSideFilterExec {
             self.probe_keys.clone(),
             Arc::clone(&self.probe_schema),
             Arc::clone(&self.filter),
-            self.drops_rows,
+            self.membership,
         )))
     }
 
@@ -162,7 +162,7 @@ impl ExecutionPlan for BuildSideFilterExec {
             build_keys: self.build_keys.clone(),
             probe_keys: self.probe_keys.clone(),
             probe_schema: Arc::clone(&self.probe_schema),
-            keys: Some(BuildKeys::new(&types, self.drops_rows)?),
+            keys: Some(BuildKeys::new(&types, self.membership)?),
             filter: Arc::clone(&self.filter),
             published: MetricBuilder::new(&self.metrics).counter(FILTERS_PUBLISHED, partition),
         }))

@@ -24,6 +24,7 @@ use datafusion::physical_expr::expressions::{lit, BinaryExpr, InListExpr};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::bloom::{KeyBloomBuilder, KeyBloomExpr};
+use super::row_form::MAX_BITMAP_SPAN;
 
 /// Most ranges one key's filter is made of. Each is two comparisons per
 /// row group or page checked, never per row (scans use the filter for
@@ -73,6 +74,20 @@ impl KeyValues {
         Ok(())
     }
 
+    /// Whether the filter lists this key's values (`key IN (…)`): up to
+    /// `MAX_LISTED` of them, and up to `max_listed` where they span little
+    /// enough for the list's row form to be a bitmap (`row_form`).
+    fn listed(&self, max_listed: usize) -> bool {
+        let Some(distinct) = &self.distinct else {
+            return false;
+        };
+        let span = match (distinct.first(), distinct.last()) {
+            (Some(low), Some(high)) => high.abs_diff(*low),
+            _ => 0,
+        };
+        distinct.len() <= MAX_LISTED || (distinct.len() <= max_listed && span < MAX_BITMAP_SPAN)
+    }
+
     /// The probe rows of `probe_key` (over `probe_schema`) that may match:
     /// `None` when no build row has a non-null value for this key, so
     /// nothing matches.
@@ -80,6 +95,7 @@ impl KeyValues {
         &mut self,
         probe_key: &Arc<dyn PhysicalExpr>,
         probe_schema: &Schema,
+        max_listed: usize,
     ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
         let data_type = &probe_key.data_type(probe_schema)?;
         let (min, max) = (self.min.evaluate()?, self.max.evaluate()?);
@@ -105,7 +121,7 @@ impl KeyValues {
             return Ok(None);
         };
         let listed = match &self.distinct {
-            Some(distinct) if distinct.len() <= MAX_LISTED => distinct
+            Some(distinct) if self.listed(max_listed) => distinct
                 .iter()
                 .map(|v| Ok(lit(ScalarValue::Int64(Some(*v)).cast_to(data_type)?)))
                 .collect::<Result<Vec<_>>>()?,
@@ -116,6 +132,43 @@ impl KeyValues {
     }
 }
 
+/// How a join's filter tests membership of the build keys, besides the
+/// ranges scans prune by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Membership {
+    /// Also a Bloom filter of the keys when they are too many to list.
+    pub bloom: bool,
+    /// Most distinct values of one integer key listed (`key IN (…)`).
+    pub max_listed: usize,
+}
+
+impl Membership {
+    /// A filter scans prune by: nothing beyond the usual short list.
+    pub const PRUNING: Self = Self {
+        bloom: false,
+        max_listed: MAX_LISTED,
+    };
+
+    /// A filter that drops the rows of scans in its own task: every
+    /// tracked key listed, since the list stays in the process and its
+    /// row form (a bitmap or a sorted search) costs a few nanoseconds a
+    /// row, where a Bloom filter's hashing costs more than the hash probe
+    /// it would save (TPC-H q8 at SF10: 24 ns a row).
+    pub const IN_TASK: Self = Self {
+        bloom: false,
+        max_listed: MAX_DISTINCT_TRACKED,
+    };
+
+    /// A filter that also drops rows read from other stages, sent to
+    /// their producers: a short list, and a Bloom filter when `bloom`.
+    pub fn over_stage_reads(bloom: bool) -> Self {
+        Self {
+            bloom,
+            max_listed: MAX_LISTED,
+        }
+    }
+}
+
 /// The build side's key values, for a join on `keys` columns.
 #[derive(Debug)]
 pub struct BuildKeys {
@@ -123,17 +176,22 @@ pub struct BuildKeys {
     types: Vec<DataType>,
     /// All keys together, when the filter is to drop rows by membership.
     bloom: Option<KeyBloomBuilder>,
+    max_listed: usize,
     rows: usize,
 }
 
 impl BuildKeys {
-    /// For build keys of `types`; with a Bloom filter of them (`bloom`)
-    /// when the filter drops rows, not only prunes scans.
-    pub fn new(types: &[DataType], membership: bool) -> Result<Self> {
+    /// For build keys of `types`, tested for membership as `membership`
+    /// says.
+    pub fn new(types: &[DataType], membership: Membership) -> Result<Self> {
         Ok(Self {
             keys: types.iter().map(KeyValues::new).collect::<Result<_>>()?,
             types: types.to_vec(),
-            bloom: membership.then(|| KeyBloomBuilder::new(types)).flatten(),
+            bloom: membership
+                .bloom
+                .then(|| KeyBloomBuilder::new(types))
+                .flatten(),
+            max_listed: membership.max_listed,
             rows: 0,
         })
     }
@@ -166,7 +224,7 @@ impl BuildKeys {
     ) -> Result<Arc<dyn PhysicalExpr>> {
         let mut conjuncts = vec![];
         for (key, probe_key) in self.keys.iter_mut().zip(probe_keys) {
-            match key.filter(probe_key, probe_schema)? {
+            match key.filter(probe_key, probe_schema, self.max_listed)? {
                 Some(filter) => conjuncts.push(filter),
                 None => return Ok(lit(false)),
             }
@@ -190,12 +248,7 @@ impl BuildKeys {
         probe_keys: &[Arc<dyn PhysicalExpr>],
         probe_schema: &Schema,
     ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
-        let listed = |key: &KeyValues| {
-            key.distinct
-                .as_ref()
-                .is_some_and(|distinct| distinct.len() <= MAX_LISTED)
-        };
-        if self.keys.iter().all(listed) {
+        if self.keys.iter().all(|key| key.listed(self.max_listed)) {
             return Ok(None);
         }
         let probe_types = probe_keys
@@ -322,7 +375,7 @@ mod tests {
     #[test]
     fn keeps_every_matching_probe_key_and_drops_the_gaps() {
         let schema = probe_schema();
-        let mut keys = BuildKeys::new(&[DataType::Int32], false).unwrap();
+        let mut keys = BuildKeys::new(&[DataType::Int32], Membership::PRUNING).unwrap();
         // Two clusters far apart, and a NULL build key (matches nothing).
         let build: ArrayRef = Arc::new(Int32Array::from(vec![
             Some(10),
@@ -353,7 +406,7 @@ mod tests {
     #[test]
     fn many_sparse_keys_fit_in_few_ranges_that_still_cover_them() {
         let schema = probe_schema();
-        let mut keys = BuildKeys::new(&[DataType::Int32], false).unwrap();
+        let mut keys = BuildKeys::new(&[DataType::Int32], Membership::PRUNING).unwrap();
         let build: Vec<i32> = (0..500).map(|i| i * 37 % 10_007 * 3).collect();
         keys.update(&[Arc::new(Int32Array::from(build.clone())) as ArrayRef])
             .unwrap();
@@ -372,7 +425,7 @@ mod tests {
     fn an_empty_or_all_null_build_side_keeps_nothing() {
         let schema = probe_schema();
         for build in [vec![], vec![None, None]] {
-            let mut keys = BuildKeys::new(&[DataType::Int32], false).unwrap();
+            let mut keys = BuildKeys::new(&[DataType::Int32], Membership::PRUNING).unwrap();
             keys.update(&[Arc::new(Int32Array::from(build)) as ArrayRef])
                 .unwrap();
             let filter = keys
@@ -388,7 +441,7 @@ mod tests {
         let build: Vec<i32> = (0..10_000).map(|i| i * 5).collect();
         let probe_key = [col("k", &schema).unwrap()];
         let filter_of = |membership: bool, types: &[DataType]| {
-            let mut keys = BuildKeys::new(types, membership).unwrap();
+            let mut keys = BuildKeys::new(types, Membership::over_stage_reads(membership)).unwrap();
             let column = Arc::new(Int32Array::from(build.clone())) as ArrayRef;
             keys.update(&[cast(&column, &types[0]).unwrap()]).unwrap();
             keys.probe_filter(&probe_key, &schema).unwrap()
@@ -409,9 +462,34 @@ mod tests {
     }
 
     #[test]
+    fn a_filter_in_its_own_task_lists_many_keys_when_a_bitmap_holds_them() {
+        let schema = probe_schema();
+        let probe_key = [col("k", &schema).unwrap()];
+        let filter_of = |membership: Membership, build: &[i32]| {
+            let mut keys = BuildKeys::new(&[DataType::Int32], membership).unwrap();
+            keys.update(&[Arc::new(Int32Array::from(build.to_vec())) as ArrayRef])
+                .unwrap();
+            keys.probe_filter(&probe_key, &schema).unwrap()
+        };
+        // 13,000 keys, one in seven, past what a filter sent away lists.
+        let build: Vec<i32> = (0..13_000).map(|i| i * 7).collect();
+        let in_task = filter_of(Membership::IN_TASK, &build);
+        let probe: Vec<Option<i32>> = (0..100_000).map(Some).collect();
+        let expected: Vec<Option<i32>> = build.iter().map(|k| Some(*k)).collect();
+        assert_eq!(kept(&in_task, probe.clone()), expected);
+        let pruning = filter_of(Membership::PRUNING, &build);
+        assert!(kept(&pruning, probe).len() > 90_000, "{pruning}");
+        // Keys spread wider than a bitmap: ranges only, as before.
+        let wide: Vec<i32> = (0..13_000).map(|i| i * 1_000).collect();
+        let in_task = filter_of(Membership::IN_TASK, &wide);
+        let probe: Vec<Option<i32>> = (0..13_000_000).step_by(500).map(Some).collect();
+        assert!(kept(&in_task, probe).len() > 13_000, "{in_task}");
+    }
+
+    #[test]
     fn non_integer_keys_are_filtered_by_their_range() {
         let schema = probe_schema();
-        let mut keys = BuildKeys::new(&[DataType::Utf8], false).unwrap();
+        let mut keys = BuildKeys::new(&[DataType::Utf8], Membership::PRUNING).unwrap();
         keys.update(&[Arc::new(StringArray::from(vec!["b", "d"])) as ArrayRef])
             .unwrap();
         let filter = keys

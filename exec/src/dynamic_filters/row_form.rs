@@ -33,7 +33,7 @@ use super::keys::is_integral;
 
 /// Widest span of keys kept as a bitmap (512 KiB); wider sets are
 /// searched.
-const MAX_BITMAP_SPAN: u64 = 1 << 22;
+pub(super) const MAX_BITMAP_SPAN: u64 = 1 << 22;
 
 /// `filter` (a dynamic filter as published now) as rows are best
 /// filtered: its membership tests alone, integer lists as `IntegerSet`s;

@@ -232,11 +232,12 @@ mod tests {
 
     #[test]
     fn a_join_filter_with_its_bloom_filter_survives_the_wire() {
-        use crate::dynamic_filters::BuildKeys;
+        use crate::dynamic_filters::{BuildKeys, Membership};
         use datafusion::arrow::array::ArrayRef;
         // More build keys than an IN list takes: ranges and a Bloom filter.
         let build: ArrayRef = Arc::new(Int64Array::from_iter_values((0..20_000).map(|k| k * 3)));
-        let mut keys = BuildKeys::new(&[DataType::Int64], true).unwrap();
+        let mut keys =
+            BuildKeys::new(&[DataType::Int64], Membership::over_stage_reads(true)).unwrap();
         keys.update(&[build]).unwrap();
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
         let filter = keys

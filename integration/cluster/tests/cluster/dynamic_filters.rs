@@ -7,7 +7,9 @@
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use datafusion::prelude::SessionContext;
 use squadron_cluster_tests::answers::{is_ordered, same_rows};
-use squadron_cluster_tests::explained::{rows_dropped_for_consumers, rows_out, rows_scanned};
+use squadron_cluster_tests::explained::{
+    dynamic_filters_over_scans, rows_dropped_for_consumers, rows_out, rows_scanned,
+};
 use squadron_server::catalog::TableSpec;
 use squadron_server::RunningServer;
 use tonic::transport::Channel;
@@ -336,5 +338,47 @@ async fn with_bloom_filters_producers_drop_rows_whose_keys_are_too_many_to_list(
     let explained = query(&mut ranges_only, &explain).await.unwrap();
     let dropped = rows_dropped_for_consumers(&explained);
     assert!(dropped < 10_000, "{dropped} rows dropped by ranges alone");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_below_another_join_drops_rows_by_build_keys_too_many_to_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = write_big(dir.path()).await;
+    let odd = dir.path().join("odd.parquet");
+    write_parquet(&odd, "SELECT value AS m FROM generate_series(1, 400000, 2)").await;
+    // 10,000 build keys, one in seven: more than a filter sent to other
+    // tasks lists (4,096), few and close enough for a bitmap in the task.
+    let many = dir.path().join("many.parquet");
+    write_parquet(
+        &many,
+        "SELECT value * 7 AS key FROM generate_series(1, 10000)",
+    )
+    .await;
+    let tables: Vec<TableSpec> = [("big", &big), ("odd", &odd), ("many", &many)]
+        .iter()
+        .map(|(name, path)| format!("{name}={}", path.display()).parse().unwrap())
+        .collect();
+    let mut options = test_options(vec![], tables.clone());
+    options.coordinator_scan_limit = 0;
+    let server = coordinator_with(options).await;
+    let ctx = oracle_context(&tables).await;
+    let (mut on, mut off) = on_and_off(&server).await;
+
+    // The outer join cannot move below the left join, so `big` is scanned
+    // below the left join and the `many` join's filter reaches its scan.
+    let sql = "SELECT count(*), sum(v), count(m) FROM \
+               (SELECT k, v, m FROM big LEFT JOIN odd ON k = m) t JOIN many ON t.k = key";
+    answers_as_oracle(&ctx, [&mut on, &mut off], sql).await;
+    let explain = format!("EXPLAIN ANALYZE VERBOSE {sql}");
+    let explained = query(&mut on, &explain).await.unwrap();
+    let (scanned, kept) = dynamic_filters_over_scans(&explained, "big.parquet");
+    // Pages past the last key are pruned; the keys' own span is read.
+    assert!(scanned >= 70_000, "{scanned} rows of big scanned");
+    // Ranges alone (at most 32 over keys 7 apart) would keep ~70,000.
+    assert_eq!(
+        kept, 10_000,
+        "rows of big kept by the filter below the left join"
+    );
     server.shutdown().await.unwrap();
 }
