@@ -43,9 +43,11 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::partial_sort::PartialSortExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
+use datafusion::physical_plan::{
+    displayable, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+};
 use squadron_exec::plan::stage_read::{hash_partition_columns, uniform_constant_columns};
-use squadron_exec::plan::StageReadExec;
+use squadron_exec::plan::{encode_plan, StageReadExec};
 use squadron_proto::v1::ReadMode;
 
 use super::allow_list::{split_rule, Split};
@@ -75,6 +77,7 @@ pub fn cut_into_stages(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
     };
     cutter.share_repeated_merges(&plan);
     let root = cutter.cut(plan)?;
+    cutter.widen_shared_shuffles()?;
     let tasks = root.output_partitioning().partition_count();
     let final_id = cutter.stages.len();
     cutter.stages.push(Stage {
@@ -100,6 +103,22 @@ struct Cutter {
     /// above it, down from the result, has one partition and none is a
     /// shuffle.
     runs_once: bool,
+    /// Shuffles cut so far, by their subtree as displayed: the same
+    /// subtree met again (a CTE or view the query uses twice) is read from
+    /// the stage cut the first time, on a range of channels of its own.
+    shuffles: HashMap<String, SharedShuffle>,
+}
+
+/// A shuffle stage and the reads of it handed out.
+struct SharedShuffle {
+    /// The subtree it was cut from, as planned.
+    subtree: Arc<dyn ExecutionPlan>,
+    /// The first read (channels `0..partitions`).
+    read: StageReadExec,
+    stage: usize,
+    partitions: usize,
+    /// Reads handed out: the stage writes `partitions * readers` channels.
+    readers: usize,
 }
 
 /// A subtree two joins read, and what cutting it gave once it was cut.
@@ -217,11 +236,69 @@ impl Cutter {
         if let Some(done) = self.shared.get(&address).and_then(|s| s.cut.as_ref()) {
             return Ok(Arc::clone(done));
         }
+        let shuffle = plan
+            .is::<RepartitionExec>()
+            .then(|| displayable(plan.as_ref()).indent(true).to_string());
+        if let Some(read) = shuffle
+            .as_ref()
+            .and_then(|k| self.shared_shuffle_read(k, &plan))
+        {
+            return Ok(read);
+        }
+        let subtree = Arc::clone(&plan);
         let done = self.cut_unshared(plan)?;
         if let Some(shared) = self.shared.get_mut(&address) {
             shared.cut = Some(Arc::clone(&done));
         }
+        if let (Some(key), Some(read)) = (shuffle, done.downcast_ref::<StageReadExec>()) {
+            if read.mode() == ReadMode::Shuffle && read.first_channel() == 0 {
+                self.shuffles.entry(key).or_insert_with(|| SharedShuffle {
+                    subtree,
+                    read: read.with_readers(vec![], 0),
+                    stage: read.stage_id() as usize,
+                    partitions: read.partitions(),
+                    readers: 1,
+                });
+            }
+        }
         Ok(done)
+    }
+
+    /// Another read of the shuffle cut before from a subtree displayed as
+    /// `key` that is `plan`, on the next range of its channels. Display
+    /// leaves things out (the rows of an in-memory source), so the two
+    /// must also encode alike, as a worker would receive them (a plan that
+    /// does not encode is not shared). Reading one stage twice
+    /// saves computing it twice (TPC-H q15 scanned `lineitem` once per use
+    /// of its CTE); its producer never waits for a reader while another
+    /// waits (`stream::channel`), so a consumer that reads its copy late
+    /// (the probe side of a join whose build side reads the other) only
+    /// makes that copy queue, or spill.
+    fn shared_shuffle_read(
+        &mut self,
+        key: &str,
+        plan: &Arc<dyn ExecutionPlan>,
+    ) -> Option<Arc<dyn ExecutionPlan>> {
+        let shared = self.shuffles.get_mut(key)?;
+        let encoded = |plan: &Arc<dyn ExecutionPlan>| encode_plan(Arc::clone(plan)).ok();
+        match (encoded(&shared.subtree), encoded(plan)) {
+            (Some(first), Some(again)) if first == again => {}
+            _ => return None,
+        }
+        let first_channel = (shared.partitions * shared.readers) as u32;
+        shared.readers += 1;
+        Some(Arc::new(shared.read.with_readers(vec![], first_channel)))
+    }
+
+    /// Gives each shuffle read more than once one range of channels per
+    /// read.
+    fn widen_shared_shuffles(&mut self) -> Result<()> {
+        for shared in self.shuffles.values().filter(|s| s.readers > 1) {
+            self.stages[shared.stage].set_output(StageOutput::Repartition {
+                channels: shared.partitions * shared.readers,
+            })?;
+        }
+        Ok(())
     }
 
     fn cut_unshared(&mut self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -495,5 +572,74 @@ mod tests {
         assert_eq!(plan.output_partitioning().partition_count(), 2);
         let graph = build_job_graph(plan, &Default::default()).unwrap();
         assert_eq!(graph.stages.len(), 2, "{}", graph.display_compact());
+    }
+
+    #[tokio::test]
+    async fn a_subtree_planned_twice_is_one_shuffle_stage_read_twice() {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let rows: Vec<_> = (0..40).map(|i| (Some(i % 6), i)).collect();
+        ctx.register_table("p", Arc::new(key_value_table(&rows, 2)))
+            .unwrap();
+        let sql = "WITH t AS (SELECT k, sum(v) AS s FROM p GROUP BY k) \
+                   SELECT t.k FROM t JOIN (SELECT max(s) AS m FROM t) b ON t.s = b.m";
+        let plan = physical_plan(&ctx, sql).await;
+        let single = displayable(plan.as_ref()).indent(true).to_string();
+        assert_eq!(single.matches("RepartitionExec").count(), 2, "{single}");
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
+        let shown = graph.display_compact();
+        let shuffles: Vec<&Stage> = graph
+            .stages
+            .iter()
+            .filter(|s| matches!(s.output(), StageOutput::Repartition { .. }))
+            .collect();
+        assert_eq!(shuffles.len(), 1, "{shown}");
+        assert_eq!(
+            shuffles[0].output(),
+            StageOutput::Repartition { channels: 4 },
+            "{shown}"
+        );
+        let id = shuffles[0].id;
+        let reads = |first_channel: &str| {
+            shown
+                .matches(&format!(
+                    "StageReadExec: stage={id}, mode=shuffle, partitions=2{first_channel}\n"
+                ))
+                .count()
+        };
+        assert_eq!((reads(""), reads(", first_channel=2")), (1, 1), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn subtrees_that_display_alike_but_read_other_rows_are_not_shared() {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let rows: Vec<_> = (0..40).map(|i| (Some(i % 6), i)).collect();
+        let other: Vec<_> = (0..40).map(|i| (Some(i % 5), i * 3)).collect();
+        ctx.register_table("a", Arc::new(key_value_table(&rows, 2)))
+            .unwrap();
+        ctx.register_table("b", Arc::new(key_value_table(&other, 2)))
+            .unwrap();
+        let sql = "SELECT x.k FROM (SELECT k, sum(v) AS s FROM a AS t GROUP BY k) x \
+                   JOIN (SELECT k, sum(v) AS s FROM b AS t GROUP BY k) y ON x.s = y.s";
+        let plan = physical_plan(&ctx, sql).await;
+        let mut shuffles = vec![];
+        plan.apply(|node| {
+            if node.is::<RepartitionExec>() {
+                shuffles.push(displayable(node.as_ref()).indent(true).to_string());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        assert_eq!(shuffles.len(), 2, "{shuffles:?}");
+        assert_eq!(
+            shuffles[0], shuffles[1],
+            "the case under test: alike as displayed"
+        );
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
+        let repartitions = graph
+            .stages
+            .iter()
+            .filter(|s| s.output() == StageOutput::Repartition { channels: 2 })
+            .count();
+        assert_eq!(repartitions, 2, "{}", graph.display_compact());
     }
 }

@@ -189,7 +189,8 @@ impl StageReadExec {
     }
 
     /// A copy read by the given consumer tasks (MERGE mode), on the
-    /// channels from `first_channel` on.
+    /// channels from `first_channel` on; in SHUFFLE mode `readers` is
+    /// empty and partition `p` reads channel `first_channel + p`.
     pub fn with_readers(&self, readers: Vec<u32>, first_channel: u32) -> Self {
         Self {
             readers,
@@ -296,7 +297,10 @@ impl StageReadExec {
                 .upstream
                 .iter()
                 .enumerate()
-                .map(|(p, (url, attempt))| (url.clone(), key(p, *attempt, partition as u32)))
+                .map(|(p, (url, attempt))| {
+                    let channel = self.first_channel + partition as u32;
+                    (url.clone(), key(p, *attempt, channel))
+                })
                 .collect()),
         }
     }
@@ -315,9 +319,9 @@ impl DisplayAs for StageReadExec {
         )?;
         if self.mode == ReadMode::Merge {
             write!(f, ", readers={:?}", self.readers)?;
-            if self.first_channel > 0 {
-                write!(f, ", first_channel={}", self.first_channel)?;
-            }
+        }
+        if self.first_channel > 0 {
+            write!(f, ", first_channel={}", self.first_channel)?;
         }
         if !self.producer_filters.is_empty() {
             write!(f, ", filters_producers=true")?;

@@ -28,7 +28,11 @@ pub enum StageOutput {
     /// Read by the coordinator's job output: one channel per task.
     JobOutput,
     /// The input is the `RepartitionExec` the stage was cut at; rows go to
-    /// `channels` channels by its partitioning (hash or round robin).
+    /// channels by its partitioning (hash or round robin). `channels` is a
+    /// multiple of its partitions: a shuffle that several consumers read
+    /// (one subtree planned twice, as TPC-H q15's CTE) writes each
+    /// partition `p` to channels `p`, `p + n`, `p + 2n`, … one range of `n`
+    /// per consumer.
     Repartition { channels: usize },
     /// Every task's output goes whole to each of `channels` consumer tasks
     /// (one channel, `channels == 1`, when a single task consumes it).
@@ -62,7 +66,7 @@ impl StageWriteExec {
                 return internal_err!("a repartitioning stage writes a RepartitionExec's rows");
             };
             let partitions = repartition.partitioning().partition_count();
-            if partitions != channels {
+            if partitions == 0 || channels == 0 || !channels.is_multiple_of(partitions) {
                 return internal_err!(
                     "a repartition to {partitions} partitions written to {channels} channels"
                 );
@@ -91,7 +95,19 @@ impl StageWriteExec {
 
 impl DisplayAs for StageWriteExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "StageWriteExec: output={}", self.output)
+        match (self.output, self.input.downcast_ref::<RepartitionExec>()) {
+            (StageOutput::Repartition { channels }, Some(repartition))
+                if channels > repartition.partitioning().partition_count() =>
+            {
+                let partitions = repartition.partitioning().partition_count();
+                write!(
+                    f,
+                    "StageWriteExec: output=repartition({partitions}) x{} consumers",
+                    channels / partitions
+                )
+            }
+            _ => write!(f, "StageWriteExec: output={}", self.output),
+        }
     }
 }
 

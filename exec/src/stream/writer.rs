@@ -19,8 +19,12 @@ pub enum Router {
     /// Every channel gets every batch.
     Broadcast,
     /// Rows are split by the partitioning of the RepartitionExec the planner
-    /// cut at (hash or round robin).
-    Repartition(Box<BatchPartitioner>),
+    /// cut at (hash or round robin) into `partitions`; partition `p` goes to
+    /// channels `p`, `p + partitions`, … (one range per consumer stage).
+    Repartition {
+        partitioner: Box<BatchPartitioner>,
+        partitions: usize,
+    },
 }
 
 impl Router {
@@ -29,13 +33,17 @@ impl Router {
         input_partition: usize,
         input_partitions: usize,
     ) -> Result<Self> {
+        let partitions = partitioning.partition_count();
         let partitioner = BatchPartitioner::try_new(
             partitioning,
             metrics::Time::new(),
             input_partition,
             input_partitions,
         )?;
-        Ok(Self::Repartition(Box::new(partitioner)))
+        Ok(Self::Repartition {
+            partitioner: Box::new(partitioner),
+            partitions,
+        })
     }
 }
 
@@ -157,16 +165,32 @@ fn route(
     match router {
         Router::Single => Ok(vec![(0, batch)]),
         Router::Broadcast => Ok((0..channels).map(|c| (c, batch.clone())).collect()),
-        Router::Repartition(partitioner) => {
+        Router::Repartition {
+            partitioner,
+            partitions,
+        } => {
+            let partitions = *partitions;
+            if partitions == 0 || !channels.is_multiple_of(partitions) {
+                return Err(DataFusionError::Internal(format!(
+                    "{partitions} partitions routed to {channels} channels"
+                )));
+            }
             let parts = partitioner
                 .partition_iter(batch)?
                 .collect::<Result<Vec<_>>>()?;
-            if let Some((c, _)) = parts.iter().find(|(c, _)| *c >= channels) {
+            if let Some((c, _)) = parts.iter().find(|(c, _)| *c >= partitions) {
                 return Err(DataFusionError::Internal(format!(
-                    "partitioner chose channel {c} of {channels}"
+                    "partitioner chose partition {c} of {partitions}"
                 )));
             }
-            Ok(parts)
+            // Each consumer's range of channels gets every partition.
+            Ok((0..channels / partitions)
+                .flat_map(|copy| {
+                    parts
+                        .iter()
+                        .map(move |(c, part)| (copy * partitions + c, part.clone()))
+                })
+                .collect())
         }
     }
 }
@@ -289,5 +313,42 @@ mod tests {
         assert_eq!(read_all(&mut reader).await, (0..100).collect::<Vec<_>>());
         drop(reader);
         assert!(!slot.add(tenth()), "the channels are gone");
+    }
+
+    #[tokio::test]
+    async fn a_shuffle_read_by_two_consumers_gives_each_every_partition() {
+        use datafusion::physical_plan::Partitioning;
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        // Two partitions, two consumers: channels 0-1 and 2-3.
+        let (writer, mut readers) = output_channels(4, MemoryConsumer::new("t").register(&pool));
+        let (tx, rx) = mpsc::channel(1);
+        let input = Box::pin(RecordBatchStreamAdapter::new(
+            schema(),
+            ReceiverStream::new(rx),
+        ));
+        let hashed = Partitioning::Hash(vec![col("k", &schema()).unwrap()], 2);
+        let router = Router::repartition(hashed, 0, 1).unwrap();
+        let task = tokio::spawn(write_output(input, router, writer, 1));
+        // Far more batches than a channel holds before its producer waits.
+        let feed = tokio::spawn(async move {
+            for start in (0..50_000).step_by(1_000) {
+                tx.send(Ok(keys(start, start + 1_000))).await.unwrap();
+            }
+        });
+        // The first consumer reads all of its copy before the second
+        // reads anything (a join's build side before its probe side).
+        let (first, rest) = readers.split_at_mut(2);
+        let mut copy_a = [read_all(&mut first[0]).await, read_all(&mut first[1]).await];
+        let mut copy_b = [read_all(&mut rest[0]).await, read_all(&mut rest[1]).await];
+        feed.await.unwrap();
+        assert_eq!(task.await.unwrap().unwrap().rows, 50_000);
+        for copy in [&mut copy_a, &mut copy_b] {
+            copy.iter_mut().for_each(|keys| keys.sort_unstable());
+        }
+        assert_eq!(copy_a, copy_b, "each consumer reads the same partitions");
+        let mut all: Vec<i64> = copy_a.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..50_000).collect::<Vec<_>>());
+        assert!(!copy_a[0].is_empty() && !copy_a[1].is_empty());
     }
 }

@@ -5,10 +5,9 @@
 //! answer as single-node DataFusion does with the splits on and off.
 
 use crate::support::{
-    client, coordinator, explain_rows, oracle_context, query, tpch_data, tpch_mismatches,
-    tpch_query,
+    client, coordinator, distributed_plan, explain_rows, oracle_context, query, tpch_data,
+    tpch_mismatches, tpch_query,
 };
-use datafusion::arrow::record_batch::RecordBatch;
 use squadron_cluster_tests::explained::dynamic_filters_over_scans;
 
 /// Files split into ranges however small, and every join partitioned: at
@@ -18,15 +17,6 @@ const PARTITIONED: &[&str] = &[
     "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
     "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
 ];
-
-/// The distributed plan of an EXPLAIN answer.
-fn distributed_plan(batches: &[RecordBatch]) -> String {
-    explain_rows(batches)
-        .into_iter()
-        .filter(|(kind, _)| kind == "distributed_plan")
-        .map(|(_, plan)| plan)
-        .collect()
-}
 
 fn stages(plan: &str) -> usize {
     plan.lines()

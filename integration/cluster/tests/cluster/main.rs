@@ -22,6 +22,7 @@ mod poll_and_schema;
 mod pruned_ranges;
 mod reused_plans;
 mod security;
+mod shared_shuffles;
 mod slow_reader;
 mod socket_options;
 mod stage_plans;

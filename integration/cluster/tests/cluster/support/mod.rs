@@ -337,6 +337,15 @@ pub fn explain_rows(batches: &[RecordBatch]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The distributed plan of an EXPLAIN answer.
+pub fn distributed_plan(batches: &[RecordBatch]) -> String {
+    explain_rows(batches)
+        .into_iter()
+        .filter(|(kind, _)| kind == "distributed_plan")
+        .map(|(_, plan)| plan)
+        .collect()
+}
+
 /// The TPC-H queries numbered `queries`, each asked in every named
 /// session, checked against the oracle: one line per mismatch or error.
 pub async fn tpch_mismatches(
