@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod error;
+pub mod footer_cache;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;

@@ -37,6 +37,7 @@ use crate::security::ClientTlsFiles;
 use crate::warehouse::janitor::{Janitor, JanitorOptions};
 use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
+use squadron_common::footer_cache::FOOTER_CACHE_BYTES;
 use squadron_common::spill_dir::SpillSettings;
 use squadron_coordinator::cluster::{
     normalize_url, DiscoveredWorkers, Discovery, StaticResolver, WorkerHealth, WorkerResolver,
@@ -248,13 +249,6 @@ async fn stop_workers(workers: Vec<Box<dyn EmbeddedWorker>>, grace: Duration) {
     futures::future::join_all(workers.into_iter().map(|worker| worker.stop(grace))).await;
 }
 
-/// Parquet footers the coordinator keeps for planning (DataFusion's
-/// default is 50 MiB). Planning reads them to prune a scan's ranges and to
-/// split joins by key range; a footer that does not fit is not used for
-/// either. TPC-H SF10's `lineitem` alone (3,662 row groups) did not fit
-/// the default.
-const COORDINATOR_FOOTER_CACHE_BYTES: usize = 256 * 1024 * 1024;
-
 /// The coordinator's planning context (`squadron_planner::context`) with
 /// the catalog's table factories (`CREATE EXTERNAL TABLE … STORED AS
 /// DELTA`).
@@ -377,7 +371,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())))
         .with_memory_pool(pool)
-        .with_metadata_cache_limit(COORDINATOR_FOOTER_CACHE_BYTES)
+        .with_metadata_cache_limit(FOOTER_CACHE_BYTES)
         .with_disk_manager_builder(
             DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
         )

@@ -15,6 +15,7 @@ use tonic_health::ServingStatus;
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::task::runner::TaskResources;
 use crate::task::{Failpoint, StagePlans, TaskRegistry, TaskRunner};
+use squadron_common::footer_cache::FOOTER_CACHE_BYTES;
 use squadron_common::spill_dir::{OwnedDir, SpillSettings};
 use squadron_exec::object_stores::{ObjectStores, StoreOptions};
 use squadron_exec::plan::guard::DataRoots;
@@ -82,7 +83,8 @@ pub struct Worker {
 impl Worker {
     pub fn new(options: WorkerOptions) -> anyhow::Result<Self> {
         let mut runtime = RuntimeEnvBuilder::new()
-            .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())));
+            .with_object_store_registry(Arc::new(ObjectStores::new(options.stores.clone())))
+            .with_metadata_cache_limit(FOOTER_CACHE_BYTES);
         let mut spill_dir = None;
         if let Some(spill) = &options.spill {
             let (dir, disk) = spill.claim("worker-")?;
