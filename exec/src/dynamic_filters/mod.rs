@@ -36,8 +36,8 @@
 //! uses it to skip row groups; where another join lies between the scan
 //! and the join, a `FilterExec` over the scan also drops its rows
 //! (`scans_below_joins`). Such a filter stays in its task, so it lists up
-//! to 65,536 integer keys when they span less than a bitmap holds
-//! (`Membership::IN_TASK`).
+//! to 65,536 integer keys when they span less than a bitmap holds and are
+//! sparse in it (`Membership::IN_TASK`).
 
 mod bloom;
 mod build_side;
