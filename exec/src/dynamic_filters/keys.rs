@@ -24,7 +24,6 @@ use datafusion::physical_expr::expressions::{lit, BinaryExpr, InListExpr};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::bloom::{KeyBloomBuilder, KeyBloomExpr};
-use super::row_form::MAX_BITMAP_SPAN;
 
 /// Most ranges one key's filter is made of. Each is two comparisons per
 /// row group or page checked, never per row (scans use the filter for
@@ -36,6 +35,10 @@ pub const MAX_RANGES: usize = 32;
 /// a filter over rows read from another stage (`stage_reads`) drops every
 /// row whose key is not listed.
 pub const MAX_LISTED: usize = 4096;
+
+/// Widest span of keys an `IN` list's row form (`row_form`) keeps as a
+/// bitmap (512 KiB); wider sets are searched.
+pub(super) const MAX_BITMAP_SPAN: u64 = 1 << 22;
 
 /// How many times its count of keys a long list's span must be, at least,
 /// for the list to be worth its length (`KeyValues::listed`).

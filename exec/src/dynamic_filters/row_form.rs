@@ -29,11 +29,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
 
 use super::bloom::KeyBloomExpr;
-use super::keys::is_integral;
-
-/// Widest span of keys kept as a bitmap (512 KiB); wider sets are
-/// searched.
-pub(super) const MAX_BITMAP_SPAN: u64 = 1 << 22;
+use super::keys::{is_integral, MAX_BITMAP_SPAN};
 
 /// `filter` (a dynamic filter as published now) as rows are best
 /// filtered: its membership tests alone, integer lists as `IntegerSet`s;
