@@ -257,6 +257,28 @@ mod tests {
         got
     }
 
+    /// A task writing the batches it is handed to `channels` channels as
+    /// `router` says, with their readers and the sender of its input.
+    fn producer_with(
+        router: Router,
+        channels: usize,
+    ) -> (
+        mpsc::Sender<Result<RecordBatch>>,
+        tokio::task::JoinHandle<Result<OutputCount>>,
+        Vec<OutputReader>,
+    ) {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let (writer, readers) = output_channels(channels, MemoryConsumer::new("t").register(&pool));
+        let (tx, rx) = mpsc::channel(1);
+        let input = Box::pin(RecordBatchStreamAdapter::new(
+            schema(),
+            ReceiverStream::new(rx),
+        ));
+        // A batch size of 1 passes every batch on as it comes.
+        let task = tokio::spawn(write_output(input, router, writer, 1));
+        (tx, task, readers)
+    }
+
     /// A task writing the batches it is handed to one channel, with its
     /// reader and the sender of its input.
     fn producer() -> (
@@ -264,15 +286,7 @@ mod tests {
         tokio::task::JoinHandle<Result<OutputCount>>,
         OutputReader,
     ) {
-        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
-        let (writer, mut readers) = output_channels(1, MemoryConsumer::new("t").register(&pool));
-        let (tx, rx) = mpsc::channel(1);
-        let input = Box::pin(RecordBatchStreamAdapter::new(
-            schema(),
-            ReceiverStream::new(rx),
-        ));
-        // A batch size of 1 passes every batch on as it comes.
-        let task = tokio::spawn(write_output(input, Router::Single, writer, 1));
+        let (tx, task, mut readers) = producer_with(Router::Single, 1);
         (tx, task, readers.remove(0))
     }
 
@@ -318,17 +332,10 @@ mod tests {
     #[tokio::test]
     async fn a_shuffle_read_by_two_consumers_gives_each_every_partition() {
         use datafusion::physical_plan::Partitioning;
-        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
-        // Two partitions, two consumers: channels 0-1 and 2-3.
-        let (writer, mut readers) = output_channels(4, MemoryConsumer::new("t").register(&pool));
-        let (tx, rx) = mpsc::channel(1);
-        let input = Box::pin(RecordBatchStreamAdapter::new(
-            schema(),
-            ReceiverStream::new(rx),
-        ));
         let hashed = Partitioning::Hash(vec![col("k", &schema()).unwrap()], 2);
         let router = Router::repartition(hashed, 0, 1).unwrap();
-        let task = tokio::spawn(write_output(input, router, writer, 1));
+        // Two partitions, two consumers: channels 0-1 and 2-3.
+        let (tx, task, mut readers) = producer_with(router, 4);
         // Far more batches than a channel holds before its producer waits.
         let feed = tokio::spawn(async move {
             for start in (0..50_000).step_by(1_000) {
