@@ -40,7 +40,12 @@ LAYERS = {
     },
 }
 # Test and benchmark harnesses: whole clusters, so they may link everything.
-HARNESSES = {"squadron-cluster-tests", "squadron-sqllogictest", "squadron-bench"}
+HARNESSES = {
+    "squadron-cluster-tests",
+    "squadron-sqllogictest",
+    "squadron-fuzz",
+    "squadron-bench",
+}
 
 
 def violations(packages):

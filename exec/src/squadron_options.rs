@@ -47,6 +47,10 @@ pub struct SquadronOptions {
     pub adaptive_filters: bool,
     /// See `LIKE_SUBSTRINGS`.
     pub like_substrings: bool,
+    /// See `SHARED_SHUFFLES`.
+    pub shared_shuffles: bool,
+    /// See `REDUCED_SHUFFLES`.
+    pub reduced_shuffles: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -173,6 +177,20 @@ const LIKE_SUBSTRINGS: (&str, &str) = (
      expression Arrow builds for it",
 );
 
+const SHARED_SHUFFLES: (&str, &str) = (
+    "shared_shuffles",
+    "Whether a shuffle of a subtree the plan holds twice (a CTE or view used twice) is \
+     computed once and read by both uses, rather than once per use (never for a subtree \
+     with a volatile function such as random())",
+);
+
+const REDUCED_SHUFFLES: (&str, &str) = (
+    "reduced_shuffles",
+    "Whether a selective build side of a broadcast join first drops, below the shuffles \
+     under its join, the rows whose keys it lacks (never for a build side with a volatile \
+     function such as random())",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -188,6 +206,8 @@ impl Default for SquadronOptions {
             narrow_decimals: true,
             adaptive_filters: true,
             like_substrings: true,
+            shared_shuffles: true,
+            reduced_shuffles: true,
         }
     }
 }
@@ -218,6 +238,8 @@ impl ExtensionOptions for SquadronOptions {
             k if k == NARROW_DECIMALS.0 => self.narrow_decimals.set(k, value),
             k if k == ADAPTIVE_FILTERS.0 => self.adaptive_filters.set(k, value),
             k if k == LIKE_SUBSTRINGS.0 => self.like_substrings.set(k, value),
+            k if k == SHARED_SHUFFLES.0 => self.shared_shuffles.set(k, value),
+            k if k == REDUCED_SHUFFLES.0 => self.reduced_shuffles.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -256,6 +278,8 @@ impl ExtensionOptions for SquadronOptions {
             entry(NARROW_DECIMALS, self.narrow_decimals.to_string()),
             entry(ADAPTIVE_FILTERS, self.adaptive_filters.to_string()),
             entry(LIKE_SUBSTRINGS, self.like_substrings.to_string()),
+            entry(SHARED_SHUFFLES, self.shared_shuffles.to_string()),
+            entry(REDUCED_SHUFFLES, self.reduced_shuffles.to_string()),
         ]
     }
 }
@@ -297,7 +321,10 @@ mod tests {
         options.set("squadron.reuse_plans", "false").unwrap();
         options.set("squadron.subset_key_max_rows", "12").unwrap();
         options.set("squadron.dynamic_filters", "false").unwrap();
+        options.set("squadron.shared_shuffles", "false").unwrap();
+        options.set("squadron.reduced_shuffles", "false").unwrap();
         let read = SquadronOptions::of(&options);
+        assert!(!read.shared_shuffles && !read.reduced_shuffles);
         assert_eq!(read.coordinator_scan_limit, 0);
         assert!(!read.reuse_plans);
         assert_eq!(read.subset_key_max_rows, 12);

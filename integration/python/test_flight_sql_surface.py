@@ -225,3 +225,59 @@ def test_cancel_flight_info_stops_a_running_query(cluster):
     with flightsql.connect(cluster["uri"]) as conn, conn.cursor() as cur:
         cur.execute("SELECT count(*) AS n FROM region")
         assert cur.fetch_arrow_table().column("n").to_pylist() == [5]
+
+
+def _fields(message):
+    """The length-delimited fields of a protobuf message: {number: bytes}."""
+    fields, at = {}, 0
+    while at < len(message):
+        key, at = _read_varint(message, at)
+        if key & 7 != 2:
+            raise ValueError(f"unexpected wire type in {message!r}")
+        size, at = _read_varint(message, at)
+        fields[key >> 3] = message[at:at + size]
+        at += size
+    return fields
+
+
+def _read_varint(data, at):
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def test_parameters_bound_as_a_dense_union_keep_their_values(cluster):
+    # flightsql-dbapi (the SQLAlchemy and Superset adapter) binds every
+    # parameter as a dense union of the types it may hold; a float bound
+    # for a DECIMAL placeholder used to become NULL and match nothing.
+    client = flight.connect(cluster["uri"])
+    sql = b"SELECT count(*) AS n FROM lineitem WHERE l_discount < ?"
+    request = _command("ActionCreatePreparedStatementRequest", b"\x0a" + _varint(len(sql)) + sql)
+    [result] = list(client.do_action(flight.Action("CreatePreparedStatement", request)))
+    handle = _fields(_fields(result.body.to_pybytes())[2])[1]
+    union = pa.UnionArray.from_dense(
+        pa.array([1], pa.int8()),
+        pa.array([0], pa.int32()),
+        [pa.array([], pa.int64()), pa.array([0.03]), pa.array([], pa.string())],
+        ["int64", "float64", "string"],
+    )
+    descriptor = flight.FlightDescriptor.for_command(
+        _command("CommandPreparedStatementQuery", b"\x0a" + _varint(len(handle)) + handle)
+    )
+    parameters = pa.record_batch([union], names=["0"])
+    writer, reader = client.do_put(descriptor, parameters.schema)
+    writer.write_batch(parameters)
+    writer.done_writing()
+    reader.read()
+    writer.close()
+    info = client.get_flight_info(descriptor)
+    got = client.do_get(info.endpoints[0].ticket).read_all().column("n").to_pylist()
+    with flightsql.connect(cluster["uri"]) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) AS n FROM lineitem WHERE l_discount < 0.03")
+        expected = cur.fetch_arrow_table().column("n").to_pylist()
+    assert expected[0] > 0 and got == expected

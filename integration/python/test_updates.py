@@ -330,6 +330,26 @@ def test_executemany_inserts_every_row(conn):
         ]
 
 
+def test_ingest_append_of_columns_the_table_cannot_hold_is_refused(conn):
+    # Rows that do not fit the table's columns used to be acknowledged and
+    # stored as NULLs.
+    t = fresh("fit")
+    with conn.cursor() as cur:
+        execute_update(cur, f"CREATE TABLE {t} (z DOUBLE)")
+        for rows, named in [
+            (pa.table({"q": ["x"]}), '"q"'),
+            (pa.table({"z": ["not a number"]}), '"z"'),
+        ]:
+            with pytest.raises(flightsql.Error) as err:
+                cur.adbc_ingest(t, rows, mode="append")
+            assert "INVALID_ARGUMENT" in str(err.value) and named in str(err.value), err.value
+        assert count(cur, t) == 0
+        # Columns match by name and convert: a string that is a number is one.
+        assert cur.adbc_ingest(t, pa.table({"z": ["2.5"]}), mode="append") == 1
+        cur.execute(f"SELECT z FROM {t}")
+        assert cur.fetch_arrow_table().column("z").to_pylist() == [2.5]
+
+
 def test_ingest_in_every_mode_then_join_with_parquet(conn, oracle):
     t = fresh("ing")
     rows = pa.table({"nationkey": pa.array([1, 2, 3], pa.int64()), "note": ["x", "y", "z"]})

@@ -69,10 +69,16 @@ pub fn without_output_merge(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Exec
 
 /// Cuts `plan`, rewritten by the passes before it (`pipeline`), into a
 /// job graph: producer stages at its shuffles and merges, each read by
-/// its consumers through `StageReadExec`s, their channels assigned.
-pub fn cut_into_stages(plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph> {
+/// its consumers through `StageReadExec`s, their channels assigned. With
+/// `share_identical_shuffles` (`squadron.shared_shuffles`), a shuffle of a
+/// subtree met twice is one stage read by both.
+pub fn cut_into_stages(
+    plan: Arc<dyn ExecutionPlan>,
+    share_identical_shuffles: bool,
+) -> Result<JobGraph> {
     let mut cutter = Cutter {
         runs_once: true,
+        share_identical_shuffles,
         ..Cutter::default()
     };
     cutter.share_repeated_merges(&plan);
@@ -103,6 +109,8 @@ struct Cutter {
     /// above it, down from the result, has one partition and none is a
     /// shuffle.
     runs_once: bool,
+    /// Whether `shuffles` is consulted (`cut_into_stages`).
+    share_identical_shuffles: bool,
     /// Shuffles cut so far, by their subtree as displayed: the same
     /// subtree met again (a CTE or view the query uses twice) is read from
     /// the stage cut the first time, on a range of channels of its own.
@@ -236,8 +244,7 @@ impl Cutter {
         if let Some(done) = self.shared.get(&address).and_then(|s| s.cut.as_ref()) {
             return Ok(Arc::clone(done));
         }
-        let shuffle = plan
-            .is::<RepartitionExec>()
+        let shuffle = (self.share_identical_shuffles && plan.is::<RepartitionExec>())
             .then(|| displayable(plan.as_ref()).indent(true).to_string());
         if let Some(read) = shuffle
             .as_ref()

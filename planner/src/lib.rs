@@ -28,6 +28,7 @@ pub mod subset_key_shuffles;
 pub mod templates;
 #[cfg(test)]
 mod test_tables;
+pub mod volatile;
 
 pub use client_types::for_clients;
 pub use encode::encode_stages;

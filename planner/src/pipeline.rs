@@ -22,6 +22,13 @@
 //!    plan after each (`distributed_plan after <name>`).
 //! 5. **Cutting** (`cut::cut_into_stages`): producer stages at shuffles and
 //!    merges, the channels of each stage's readers (`readers`).
+//!
+//! Steps 4 and 5 keep one invariant, checked here for every pass rather
+//! than remembered by each (`volatile`): a volatile expression runs as
+//! often as in DataFusion's plan. A pass that would break it is left out
+//! for that plan; a cut that would is made again without shared shuffles;
+//! a plan no cut keeps it for is refused (`VolatileRefusal`) and runs on
+//! the coordinator instead.
 //! 6. **Encoding** (`encode::encode_stages`): each stage's plan as bytes
 //!    once, sent with every task of the stage.
 //!
@@ -39,6 +46,7 @@ use crate::cut::{cut_into_stages, without_output_merge};
 use crate::job_graph::JobGraph;
 use crate::reduced_shuffles::reduce_shuffles;
 use crate::subset_key_shuffles::merge_subset_key_shuffles;
+use crate::volatile::{VolatileEvaluations, VolatileRefusal};
 
 /// A rewrite of a whole plan, under the session's `squadron.*` settings.
 pub type PlanRewrite =
@@ -71,10 +79,14 @@ pub const DISTRIBUTED_PASSES: &[DistributedPass] = &[
             merge_subset_key_shuffles(plan, max_rows)
         },
     },
-    // A selective build side reduces the shuffles below its join.
+    // A selective build side reduces the shuffles below its join
+    // (`squadron.reduced_shuffles`).
     DistributedPass {
         name: "ReduceShuffles",
-        rewrite: |plan, _| reduce_shuffles(plan),
+        rewrite: |plan, options| match options.reduced_shuffles {
+            true => reduce_shuffles(plan),
+            false => Ok(plan),
+        },
     },
 ];
 
@@ -83,10 +95,7 @@ pub fn build_job_graph(
     plan: Arc<dyn ExecutionPlan>,
     options: &SquadronOptions,
 ) -> Result<JobGraph> {
-    let plan = DISTRIBUTED_PASSES
-        .iter()
-        .try_fold(plan, |plan, pass| (pass.rewrite)(plan, options))?;
-    cut_into_stages(plan)
+    distribute(plan, options, None)
 }
 
 /// `build_job_graph`, with the plan after each pass, named as `EXPLAIN
@@ -96,14 +105,55 @@ pub fn build_job_graph_verbose(
     options: &SquadronOptions,
 ) -> Result<(JobGraph, Vec<(String, String)>)> {
     let mut steps = vec![];
+    let graph = distribute(plan, options, Some(&mut steps))?;
+    Ok((graph, steps))
+}
+
+/// The passes and the cut, each result kept only where it evaluates every
+/// volatile expression as often as `plan` does (`volatile`): a pass that
+/// would not is left out for this plan, and the cut shares no identical
+/// shuffles. `steps` receives the plan after each pass.
+fn distribute(
+    plan: Arc<dyn ExecutionPlan>,
+    options: &SquadronOptions,
+    mut steps: Option<&mut Vec<(String, String)>>,
+) -> Result<JobGraph> {
+    let volatile = VolatileEvaluations::of_plan(&plan)?;
+    let keeps = |plan: &Arc<dyn ExecutionPlan>| -> Result<bool> {
+        Ok(volatile.is_empty() || VolatileEvaluations::of_plan(plan)? == volatile)
+    };
     let mut plan = plan;
     for pass in DISTRIBUTED_PASSES {
-        plan = (pass.rewrite)(plan, options)?;
-        let shown = displayable(plan.as_ref()).indent(true).to_string();
-        steps.push((format!("distributed_plan after {}", pass.name), shown));
+        let rewritten = (pass.rewrite)(Arc::clone(&plan), options)?;
+        let mut name = format!("distributed_plan after {}", pass.name);
+        if keeps(&rewritten)? {
+            plan = rewritten;
+        } else {
+            name.push_str(LEFT_OUT);
+        }
+        if let Some(steps) = steps.as_deref_mut() {
+            let shown = displayable(plan.as_ref()).indent(true).to_string();
+            steps.push((name, shown));
+        }
     }
-    Ok((cut_into_stages(plan)?, steps))
+    let graph = cut_into_stages(Arc::clone(&plan), options.shared_shuffles)?;
+    if volatile.is_empty() || VolatileEvaluations::of_graph(&graph)? == volatile {
+        return Ok(graph);
+    }
+    let graph = cut_into_stages(plan, false)?;
+    let cut = VolatileEvaluations::of_graph(&graph)?;
+    if cut == volatile {
+        return Ok(graph);
+    }
+    Err(VolatileRefusal {
+        planned: volatile.to_string(),
+        distributed: cut.to_string(),
+    }
+    .into())
 }
+
+/// How `EXPLAIN VERBOSE` names a pass left out for a plan.
+const LEFT_OUT: &str = " (left out: it would change how often a volatile expression runs)";
 
 #[cfg(test)]
 mod tests {

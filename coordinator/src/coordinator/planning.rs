@@ -7,6 +7,7 @@ use squadron_exec::squadron_options::RetryPolicy;
 use std::sync::Arc;
 use std::time::Instant;
 
+use datafusion::common::Result as DataFusionResult;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::Statement;
 use datafusion::physical_expr::expressions::col;
@@ -24,6 +25,7 @@ use squadron_planner::cached_footers::CachedFooters;
 use squadron_planner::local::{computes_in_proportion, reads_little, reads_no_table};
 use squadron_planner::placeholders::number_placeholders;
 use squadron_planner::templates::{Instance, StatementKey, Template};
+use squadron_planner::volatile::VolatileRefusal;
 use squadron_planner::{
     build_job_graph, encode_stages, for_clients, prune_scan_ranges, without_scan_range_pruning,
     JobGraph,
@@ -307,7 +309,7 @@ impl Coordinator {
                 Ok(PlannedQuery {
                     schema: analyze.schema.inner().clone(),
                     work: Work::Analyze {
-                        graph: Arc::new(stages(session, inner)?),
+                        graph: Arc::new(stages(session, inner).map_err(Error::from)?),
                         verbose: analyze.verbose,
                     },
                     settings,
@@ -355,9 +357,18 @@ impl Coordinator {
             return local(session, plan, run, settings);
         }
         let schema = plan.schema();
+        let graph = match stages(session, Arc::clone(&plan)) {
+            // Rare (a volatile expression no cut evaluates as often as the
+            // plan does): one process answers as DataFusion does.
+            Err(refused) if VolatileRefusal::is(&refused) => {
+                tracing::debug!("{refused}; running on the coordinator");
+                return local(session, plan, LocalRun::Supervised, settings);
+            }
+            graph => graph.map_err(Error::from)?,
+        };
         Ok(PlannedQuery {
             schema,
-            work: Work::Distributed(Arc::new(stages(session, plan)?)),
+            work: Work::Distributed(Arc::new(graph)),
             settings,
             statement: None,
         })
@@ -388,10 +399,10 @@ fn local(
 }
 
 /// `plan` cut into stages, encoded for the workers.
-fn stages(session: &Arc<Session>, plan: Arc<dyn ExecutionPlan>) -> Result<JobGraph, Error> {
-    let mut graph = build_job_graph(plan, &session.squadron_options()).map_err(Error::from)?;
+fn stages(session: &Arc<Session>, plan: Arc<dyn ExecutionPlan>) -> DataFusionResult<JobGraph> {
+    let mut graph = build_job_graph(plan, &session.squadron_options())?;
     tracing::trace!("stages cut");
-    encode_stages(&mut graph).map_err(Error::from)?;
+    encode_stages(&mut graph)?;
     Ok(graph)
 }
 

@@ -69,7 +69,9 @@ impl Members {
         keys.sort_unstable();
         keys.dedup();
         let (min, max) = (keys[0], keys[keys.len() - 1]);
-        let span = max.abs_diff(min) + 1;
+        // Saturating: keys from i64::MIN to i64::MAX span 2^64, one more
+        // than u64 holds (a wrapped 0 made a bitmap of no words).
+        let span = max.abs_diff(min).saturating_add(1);
         if span > MAX_BITMAP_SPAN {
             return Members::Sorted(keys);
         }
@@ -294,6 +296,24 @@ mod tests {
             vec![true, false, true, false, true, false, true, false]
         );
         assert_eq!(kept(&form, &batch), kept(&filter, &batch));
+    }
+
+    #[test]
+    fn keys_at_both_ends_of_i64_are_searched() {
+        let members = Members::new(vec![i64::MAX, 3, i64::MIN]);
+        assert!(matches!(members, Members::Sorted(_)));
+        for key in [i64::MIN, 3, i64::MAX] {
+            assert!(members.contains(key), "{key}");
+        }
+        for key in [i64::MIN + 1, 0, 4, i64::MAX - 1] {
+            assert!(!members.contains(key), "{key}");
+        }
+        assert_eq!(members.len(), 3);
+        // The widest span a bitmap still takes, ending at i64::MAX.
+        let top = Members::new(vec![i64::MAX, i64::MAX - 64]);
+        assert!(matches!(top, Members::Bitmap { .. }));
+        assert!(top.contains(i64::MAX) && top.contains(i64::MAX - 64));
+        assert!(!top.contains(i64::MAX - 1) && !top.contains(i64::MIN));
     }
 
     #[test]

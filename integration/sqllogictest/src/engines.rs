@@ -37,7 +37,8 @@ impl std::fmt::Display for EngineError {
 
 impl std::error::Error for EngineError {}
 
-type Answer = Result<(Fields, Vec<RecordBatch>), EngineError>;
+/// A statement's columns and rows, or its error.
+pub type Answer = Result<(Fields, Vec<RecordBatch>), EngineError>;
 
 /// Single-node DataFusion, one fresh context per file.
 pub struct Baseline {
@@ -59,7 +60,7 @@ impl Baseline {
         }
     }
 
-    async fn answer(&self, sql: &str) -> Answer {
+    pub async fn answer(&self, sql: &str) -> Answer {
         let df = self.ctx.sql(sql).await.map_err(datafusion_error)?;
         let task_ctx = Arc::new(df.task_ctx());
         let plan = df.create_physical_plan().await.map_err(datafusion_error)?;
@@ -101,7 +102,7 @@ impl Squadron {
         Ok(squadron)
     }
 
-    async fn answer(&mut self, sql: &str) -> Answer {
+    pub async fn answer(&mut self, sql: &str) -> Answer {
         let info = self
             .client
             .execute(sql.to_string(), None)

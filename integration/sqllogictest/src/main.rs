@@ -7,10 +7,7 @@
 //! ```
 
 mod by_design;
-mod cluster;
 mod corpus;
-mod engines;
-mod format;
 mod gaps;
 mod report;
 mod run;
@@ -22,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+
+use squadron_sqllogictest::{cluster, engines};
+// The shared modules, under the paths the runner's modules use.
+pub(crate) use squadron_sqllogictest::format;
 
 use cluster::{Mode, Worker};
 use engines::{Baseline, EngineError, Squadron};

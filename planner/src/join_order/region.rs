@@ -55,6 +55,11 @@ pub struct Condition {
 pub struct Region {
     pub leaves: Vec<LogicalPlan>,
     pub equalities: Vec<Equality>,
+    /// The columns of each class of equal columns, with their leaves
+    /// (`Equality::class` numbers them). Two columns of one leaf may share
+    /// a class (`a.x = b.x AND b.x = a.y`): no equality between leaves
+    /// holds them equal, so a join must (`representatives`).
+    pub classes: Vec<Vec<(usize, Column)>>,
     pub conditions: Vec<Condition>,
     /// The order the query was planned in.
     pub written: Shape,
@@ -127,6 +132,7 @@ impl Region {
             }
         }
         let mut equalities = vec![];
+        let mut classes = vec![];
         for (class, columns) in equal_classes(pairs).into_iter().enumerate() {
             let located = columns
                 .into_iter()
@@ -143,10 +149,12 @@ impl Region {
                     }
                 }
             }
+            classes.push(located);
         }
         Some(Region {
             leaves,
             equalities,
+            classes,
             conditions,
             written,
         })
@@ -155,6 +163,30 @@ impl Region {
     /// The bit set of every leaf.
     pub fn all(&self) -> u32 {
         (1u32 << self.leaves.len()) - 1
+    }
+
+    /// One column of `class` for each group of its columns under `shape`
+    /// that the joins there already hold equal: under a leaf each column
+    /// is a group of its own (nothing made `a.x = a.y`), and a join whose
+    /// two sides both hold the class makes one group of them.
+    pub fn representatives(&self, shape: &Shape, class: usize) -> Vec<Column> {
+        match shape {
+            Shape::Leaf(i) => self.classes[class]
+                .iter()
+                .filter(|(leaf, _)| leaf == i)
+                .map(|(_, column)| column.clone())
+                .collect(),
+            Shape::Join(a, b) => {
+                let mut groups = self.representatives(a, class);
+                let right = self.representatives(b, class);
+                if groups.is_empty() || right.is_empty() {
+                    groups.extend(right);
+                } else {
+                    groups.truncate(1);
+                }
+                groups
+            }
+        }
     }
 
     /// Whether some equality joins a leaf of `a` to a leaf of `b`.
@@ -313,26 +345,27 @@ pub fn build(
             let (sa, sb) = (a.set(), b.set());
             let left = build(region, a, rows, output)?;
             let right = build(region, b, rows, output)?;
+            // Per class of equal columns, keys that leave every column of it
+            // on either side equal: one key joins a group of each side, and
+            // each further group of one side is keyed to the other's first
+            // (one key per class would leave `a.x = a.y` unchecked when
+            // only `a.y` meets the other side).
             let mut on = vec![];
-            let mut classes_joined = HashSet::new();
-            for e in &region.equalities {
-                let (l, r) = (1u32 << e.left.0, 1u32 << e.right.0);
-                let crosses = (sa & l != 0 && sb & r != 0) || (sa & r != 0 && sb & l != 0);
-                // One key per set of equal columns: the others are implied.
-                if !crosses || !classes_joined.insert(e.class) {
+            for class in 0..region.classes.len() {
+                let (left_groups, right_groups) = (
+                    region.representatives(a, class),
+                    region.representatives(b, class),
+                );
+                let (Some(first_left), Some(first_right)) =
+                    (left_groups.first(), right_groups.first())
+                else {
                     continue;
-                }
-                if sa & l != 0 && sb & r != 0 {
-                    on.push((
-                        Expr::Column(e.left.1.clone()),
-                        Expr::Column(e.right.1.clone()),
-                    ));
-                } else if sa & r != 0 && sb & l != 0 {
-                    on.push((
-                        Expr::Column(e.right.1.clone()),
-                        Expr::Column(e.left.1.clone()),
-                    ));
-                }
+                };
+                let key =
+                    |l: &Column, r: &Column| (Expr::Column(l.clone()), Expr::Column(r.clone()));
+                on.push(key(first_left, first_right));
+                on.extend(left_groups[1..].iter().map(|l| key(l, first_right)));
+                on.extend(right_groups[1..].iter().map(|r| key(first_left, r)));
             }
             let both = sa | sb;
             let applied: Vec<Expr> = region

@@ -178,7 +178,8 @@ impl KeyedScan {
     }
 
     pub fn rows(&self) -> u64 {
-        self.groups().map(|group| group.rows).sum()
+        self.groups()
+            .fold(0u64, |rows, group| rows.saturating_add(group.rows))
     }
 
     fn groups(&self) -> impl Iterator<Item = &RowGroupKeys> {
@@ -200,7 +201,11 @@ impl KeyedScan {
             return None;
         }
         starts.sort_by(|(a, _), (b, _)| a.partial_cmp(b).unwrap_or(Ordering::Equal));
-        let total: u64 = starts.iter().map(|(_, rows)| rows).sum();
+        // Row counts come from the files' footers: saturating and in 128
+        // bits, so a forged count cannot wrap the arithmetic.
+        let total = starts
+            .iter()
+            .fold(0u64, |sum, (_, rows)| sum.saturating_add(*rows));
         let first = starts.first().map(|(start, _)| *start)?;
         let mut cuts: Vec<ScalarValue> = vec![];
         let mut before = 0u64;
@@ -208,12 +213,12 @@ impl KeyedScan {
             let wanted = cuts.len() as u64 + 1;
             if cuts.len() + 1 < partitions
                 && start > first
-                && before * partitions as u64 >= total * wanted
+                && u128::from(before) * partitions as u128 >= u128::from(total) * u128::from(wanted)
                 && cuts.last().is_none_or(|last| last < start)
             {
                 cuts.push(start.clone());
             }
-            before += rows;
+            before = before.saturating_add(rows);
         }
         (cuts.len() + 1 == partitions).then_some(Cuts(cuts))
     }
@@ -230,7 +235,9 @@ impl KeyedScan {
         // Where a key's rows span two row groups, the group before a cut
         // is read by both neighbours: one group per cut, whatever the order.
         let largest = self.groups().map(|group| group.rows).max().unwrap_or(0);
-        let most = total + total / 4 + largest * (cuts.partitions() as u64 - 1);
+        let most = total
+            .saturating_add(total / 4)
+            .saturating_add(largest.saturating_mul(cuts.partitions().saturating_sub(1) as u64));
         let mut read = 0u64;
         let mut inputs = Vec::with_capacity(cuts.partitions());
         for j in 0..cuts.partitions() {
@@ -247,10 +254,9 @@ impl KeyedScan {
                     continue;
                 };
                 let last = groups.iter().rposition(meets).unwrap_or(first);
-                read += groups[first..=last]
+                read = groups[first..=last]
                     .iter()
-                    .map(|group| group.rows)
-                    .sum::<u64>();
+                    .fold(read, |read, group| read.saturating_add(group.rows));
                 let (start, end) = (groups[first].offset, groups[last].offset + 1);
                 files.push(file.clone().with_range(start, end));
             }

@@ -146,24 +146,37 @@ impl Prepared {
 }
 
 /// Row `row` of a bound column, as the type its placeholder has (clients
-/// bind `int` for a `BIGINT` column, a string for a date).
+/// bind `int` for a `BIGINT` column, a string for a date). A union column
+/// (flightsql-dbapi binds every parameter as a dense union of the types
+/// it may hold) gives each row's value in its active child: Arrow's cast
+/// of the union itself answers NULL for a decimal or date target.
 fn bound_value(
     column: &datafusion::arrow::array::ArrayRef,
     row: usize,
     field: &Field,
 ) -> Result<ScalarValue, Status> {
-    let value = ScalarValue::try_from_array(column, row).map_err(|e| to_status(&e))?;
+    let value = match ScalarValue::try_from_array(column, row).map_err(|e| to_status(&e))? {
+        ScalarValue::Union(Some((_, value)), _, _) => *value,
+        ScalarValue::Union(None, _, _) => ScalarValue::Null,
+        value => value,
+    };
     if field.data_type() == &DataType::Null || value.data_type() == *field.data_type() {
         return Ok(value);
     }
-    value.cast_to(field.data_type()).map_err(|e| {
+    let cannot = |why: &dyn std::fmt::Display| {
         Status::invalid_argument(format!(
-            "parameter {}: cannot use a {} value as {}: {e}",
+            "parameter {}: cannot use the {} value {value} as {}: {why}",
             field.name(),
             value.data_type(),
             field.data_type()
         ))
-    })
+    };
+    let cast = value.cast_to(field.data_type()).map_err(|e| cannot(&e))?;
+    // A value that became NULL on the way would silently match nothing.
+    if cast.is_null() && !value.is_null() {
+        return Err(cannot(&"the conversion gives NULL"));
+    }
+    Ok(cast)
 }
 
 /// Whether running `plan` produces a result set (DDL and DML give none to
@@ -261,7 +274,10 @@ fn unknown_handle() -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{Int32Array, StringArray};
+    use datafusion::arrow::array::{
+        ArrayRef, Float64Array, Int32Array, Int64Array, StringArray, UnionArray,
+    };
+    use datafusion::arrow::datatypes::UnionFields;
     use datafusion::prelude::SessionContext;
 
     async fn prepare(sql: &str) -> Prepared {
@@ -323,6 +339,55 @@ mod tests {
             .collect();
         got.sort();
         assert_eq!(got, ["x", "z"]);
+    }
+
+    /// flightsql-dbapi's parameters: a dense union of int64, float64 and
+    /// utf8, one child active per row.
+    fn dense_union(floats: Vec<f64>, strings: Vec<&str>) -> ArrayRef {
+        let fields = UnionFields::try_new(
+            [0, 1, 2],
+            [
+                Field::new("int64", DataType::Int64, true),
+                Field::new("float64", DataType::Float64, true),
+                Field::new("string", DataType::Utf8, true),
+            ],
+        )
+        .unwrap();
+        let type_ids: Vec<i8> = std::iter::repeat_n(1, floats.len())
+            .chain(std::iter::repeat_n(2, strings.len()))
+            .collect();
+        let offsets: Vec<i32> = (0..floats.len() as i32)
+            .chain(0..strings.len() as i32)
+            .collect();
+        let children: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(Vec::<i64>::new())),
+            Arc::new(Float64Array::from(floats)),
+            Arc::new(StringArray::from(strings)),
+        ];
+        Arc::new(
+            UnionArray::try_new(fields, type_ids.into(), Some(offsets.into()), children).unwrap(),
+        )
+    }
+
+    #[test]
+    fn union_parameters_give_their_active_value_in_the_placeholder_type() {
+        let union = dense_union(vec![0.03], vec!["2024-02-29", "not a date"]);
+        let decimal = Field::new("$1", DataType::Decimal128(15, 2), true);
+        assert_eq!(
+            bound_value(&union, 0, &decimal).unwrap(),
+            ScalarValue::Decimal128(Some(3), 15, 2)
+        );
+        let date = Field::new("$1", DataType::Date32, true);
+        assert_eq!(
+            bound_value(&union, 1, &date).unwrap(),
+            ScalarValue::Date32(Some(19782))
+        );
+        let refused = bound_value(&union, 2, &date).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(
+            refused.message().contains("$1") && refused.message().contains("not a date"),
+            "{refused:?}"
+        );
     }
 
     #[tokio::test]

@@ -5,7 +5,9 @@
 //! The coordinator receives the rows, so it writes them: as part files in
 //! the table's directory while they arrive (a new file every
 //! `MAX_PART_BYTES`; never the whole upload in memory), committed when the
-//! upload ends. An upload cut short commits nothing and leaves no file.
+//! upload ends. An upload cut short commits nothing and leaves no file;
+//! so does one appending rows that do not fit the table's columns
+//! (`ingested_columns`).
 
 use arrow_flight::sql::CommandStatementIngest;
 use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
@@ -16,6 +18,7 @@ use futures::{Stream, TryStreamExt};
 use squadron_common::error::Error;
 use squadron_exec::write::{PartitionWriter, WriteTarget, Written};
 
+use super::ingested_columns::IngestedColumns;
 use super::names::{already_exists, exists, full_name};
 use super::table_writes::{catalog_of as catalog, Append};
 use super::NewTable;
@@ -100,16 +103,10 @@ where
                     )))
                 }
             };
-            let columns = table.schema()?;
-            if columns.fields().len() != schema.fields().len() {
-                return Err(Error::invalid_argument(format!(
-                    "{name} has {} columns, the ingested rows {}",
-                    columns.fields().len(),
-                    schema.fields().len()
-                )));
-            }
+            let columns = IngestedColumns::match_names(&name, table.schema()?, &schema)?;
             let append = Append::start(coord, table)?;
-            let written = write_here(coord, append.target(), batches).await?;
+            let rows = batches.and_then(|batch| std::future::ready(columns.convert(&batch)));
+            let written = write_here(coord, append.target(), rows).await?;
             append.commit(coord, &written).await
         }
     }

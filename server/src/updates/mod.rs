@@ -14,6 +14,7 @@
 pub mod copy;
 mod empty_locations;
 pub mod ingest;
+mod ingested_columns;
 mod names;
 mod rewrite;
 mod schemas;

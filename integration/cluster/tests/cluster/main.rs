@@ -29,5 +29,6 @@ mod stage_plans;
 mod table_formats;
 mod task_rewrites;
 mod tpch_distributed;
+mod volatile_and_extremes;
 mod worker_faults;
 mod worker_loss;

@@ -1,0 +1,135 @@
+//! Whether two outcomes of one statement agree: the same rows as
+//! multisets, in the same order where the query orders them, or both an
+//! error.
+
+use crate::engines::Outcome;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Same,
+    /// One side failed on a value the other never computed: arithmetic
+    /// overflow, division by zero or a failed cast depends on which rows
+    /// an expression meets, and plans that filter earlier meet fewer.
+    /// Counted and shown, not a wrong answer.
+    Tolerated(String),
+    Differs(String),
+}
+
+/// Errors that depend on the rows an expression is evaluated on.
+const DATA_DEPENDENT: &[&str] = &[
+    "overflow",
+    "Overflow",
+    "Divide by zero",
+    "divide by zero",
+    "Cast error",
+    "Can't cast",
+    "cannot be cast",
+];
+
+pub fn compare(expected: &Outcome, got: &Outcome, ordered: bool) -> Verdict {
+    match (expected, got) {
+        (Outcome::Rows(a), Outcome::Rows(b)) => {
+            let same = if ordered {
+                a == b
+            } else {
+                sorted(a) == sorted(b)
+            };
+            if same {
+                Verdict::Same
+            } else {
+                Verdict::Differs(format!(
+                    "{} rows expected, {} rows given; first difference: {}",
+                    a.len(),
+                    b.len(),
+                    first_difference(a, b, ordered)
+                ))
+            }
+        }
+        (Outcome::Error(_), Outcome::Error(_)) => Verdict::Same,
+        (Outcome::Rows(_), Outcome::Error(e)) | (Outcome::Error(e), Outcome::Rows(_)) => {
+            let which = if matches!(expected, Outcome::Error(_)) {
+                "DataFusion failed"
+            } else {
+                "Squadron failed"
+            };
+            let text = format!("{which}: {e}");
+            if DATA_DEPENDENT.iter().any(|d| e.contains(d)) {
+                Verdict::Tolerated(text)
+            } else {
+                Verdict::Differs(text)
+            }
+        }
+    }
+}
+
+fn sorted(rows: &[Vec<String>]) -> Vec<Vec<String>> {
+    let mut rows = rows.to_vec();
+    rows.sort();
+    rows
+}
+
+/// A row one side has more often than the other.
+fn first_difference(a: &[Vec<String>], b: &[Vec<String>], ordered: bool) -> String {
+    if ordered {
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            if x != y {
+                return format!("row {i}: expected {x:?}, given {y:?}");
+            }
+        }
+        return "one answer is a prefix of the other".into();
+    }
+    let (a, b) = (sorted(a), sorted(b));
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Equal => (i, j) = (i + 1, j + 1),
+            std::cmp::Ordering::Less => return format!("missing {:?}", a[i]),
+            std::cmp::Ordering::Greater => return format!("extra {:?}", b[j]),
+        }
+    }
+    match (a.get(i), b.get(j)) {
+        (Some(row), _) => format!("missing {row:?}"),
+        (_, Some(row)) => format!("extra {row:?}"),
+        _ => "none".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(values: &[&str]) -> Outcome {
+        Outcome::Rows(values.iter().map(|v| vec![v.to_string()]).collect())
+    }
+
+    #[test]
+    fn multisets_orders_and_errors() {
+        assert_eq!(
+            compare(&rows(&["1", "2"]), &rows(&["2", "1"]), false),
+            Verdict::Same
+        );
+        assert!(matches!(
+            compare(&rows(&["1", "2"]), &rows(&["2", "1"]), true),
+            Verdict::Differs(_)
+        ));
+        let Verdict::Differs(why) = compare(&rows(&["1", "1"]), &rows(&["1"]), false) else {
+            panic!("a duplicate row lost is a difference");
+        };
+        assert!(why.contains("missing"), "{why}");
+        let both = Outcome::Error("x".into());
+        assert_eq!(
+            compare(&both, &Outcome::Error("y".into()), false),
+            Verdict::Same
+        );
+        let panicked = Outcome::Error("task panicked: index out of bounds".into());
+        assert!(matches!(
+            compare(&rows(&["1"]), &panicked, false),
+            Verdict::Differs(_)
+        ));
+        let overflow = Outcome::Error("Arithmetic overflow: Overflow happened".into());
+        assert!(matches!(
+            compare(&rows(&["1"]), &overflow, false),
+            Verdict::Tolerated(_)
+        ));
+    }
+}

@@ -1,0 +1,205 @@
+//! `squadron-fuzz`: generated schemas, data and queries, answered by
+//! single-node DataFusion and by Squadron (a coordinator and two worker
+//! processes) in every mode; differences reduced and kept as cases.
+//!
+//! ```text
+//! squadron-fuzz [--seed S] [--queries N] [--modes default,workers,…]
+//!               [--replay integration/fuzz/cases] [--save-cases DIR] [--check]
+//! ```
+//!
+//! A seed names the datasets and queries on every machine: `--seed 7
+//! --queries 50` runs the same 50 queries wherever it runs.
+
+mod cases;
+mod compare;
+mod data;
+mod engines;
+mod fuzzer;
+mod generate;
+mod modes;
+mod oracles;
+mod query;
+mod reduce;
+mod rng;
+mod volatile;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Parser;
+use squadron_server::{start, ServerOptions};
+use squadron_sqllogictest::cluster::{worker_binary, Worker};
+
+use compare::{compare, Verdict};
+use engines::Engines;
+use fuzzer::Fuzzer;
+use modes::Mode;
+use rng::Rng;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(about = "Generated queries on single-node DataFusion and through Squadron, compared")]
+struct Args {
+    /// Names the datasets and queries.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Generated queries to run (each in every mode); 0 runs only the
+    /// replayed cases.
+    #[arg(long, default_value_t = 100)]
+    queries: usize,
+    /// Queries per generated dataset, before new tables are generated.
+    #[arg(long, default_value_t = 40)]
+    queries_per_dataset: usize,
+    /// One query in this many is a volatile one, checked by invariants.
+    #[arg(long, default_value_t = 6)]
+    volatile_every: usize,
+    /// Modes each query runs in (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["default", "workers", "partitioned", "bloom", "task-retry", "rewrites-off"])]
+    modes: Vec<Mode>,
+    /// Replay the kept cases under this directory first.
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// Keep each reduced difference as a case under this directory.
+    #[arg(long)]
+    save_cases: Option<PathBuf>,
+    /// Report differences as found, without reducing them.
+    #[arg(long)]
+    no_reduce: bool,
+    /// Exit non-zero on any difference.
+    #[arg(long)]
+    check: bool,
+    /// Print every statement as it is checked.
+    #[arg(long)]
+    verbose: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let binary = worker_binary()?;
+    let home = tempfile::tempdir()?;
+    let workers = [
+        Worker::spawn(&binary, home.path())?,
+        Worker::spawn(&binary, home.path())?,
+    ];
+    let options = ServerOptions {
+        listen: "127.0.0.1:0".parse()?,
+        workers: workers.iter().map(|w| w.url.clone()).collect(),
+        data_dir: Some(home.path().join("warehouse")),
+        ..ServerOptions::default()
+    };
+    let server = start(options).await?;
+    let engines = Engines::connect(&server.addr.to_string(), &args.modes).await?;
+    let mut fuzzer = Fuzzer::new(engines, args.modes.clone(), !args.no_reduce)?;
+    fuzzer.verbose = args.verbose;
+
+    let started = Instant::now();
+    let (mut replayed, mut replay_failures) = (0, vec![]);
+    if let Some(root) = &args.replay {
+        (replayed, replay_failures) = replay(&mut fuzzer, root).await?;
+    }
+    let replayed_in = started.elapsed();
+
+    let started = Instant::now();
+    let mut rng = Rng::new(args.seed);
+    for i in 0..args.queries {
+        if i % args.queries_per_dataset.max(1) == 0 {
+            let tables = data::generate(&mut rng.fork());
+            fuzzer.install(tables).await?;
+        }
+        let origin = format!("--seed {} query {i}", args.seed);
+        let mut query_rng = rng.fork();
+        if args.volatile_every > 0 && i % args.volatile_every == args.volatile_every - 1 {
+            fuzzer.volatile(&mut query_rng, &origin).await?;
+        } else {
+            fuzzer.query(&mut query_rng, &origin).await?;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    server.shutdown().await?;
+    drop(workers);
+
+    for (i, finding) in fuzzer.findings.iter().enumerate() {
+        eprintln!(
+            "\nDIFFERENCE {} ({}, mode {}) at {}: {}\n{}",
+            i + 1,
+            finding.check,
+            finding.mode.name(),
+            finding.origin,
+            finding.why,
+            finding.sql
+        );
+        if let Some(root) = &args.save_cases {
+            let name = format!("seed{}-{}", args.seed, i + 1);
+            let dir = cases::save(root, &name, finding)?;
+            eprintln!("kept as {}", dir.display());
+        }
+    }
+    let stats = &fuzzer.stats;
+    for tolerated in stats.tolerated.iter().take(5) {
+        eprintln!("tolerated (a data-dependent error on one side): {tolerated}");
+    }
+    println!(
+        "fuzz: {} queries ({} volatile) in {} modes, {} statements in {:.1} s ({:.1} queries/s, \
+         {:.1} statements/s); {} invalid (DataFusion refused), {} answered no row, {} metamorphic \
+         checks, {} tolerated errors; {} cases replayed in {:.1} s",
+        stats.queries + stats.volatile,
+        stats.volatile,
+        args.modes.len(),
+        stats.statements,
+        elapsed,
+        (stats.queries + stats.volatile) as f64 / elapsed.max(1e-9),
+        stats.statements as f64 / elapsed.max(1e-9),
+        stats.invalid,
+        stats.empty,
+        stats.metamorphic,
+        stats.tolerated.len(),
+        replayed,
+        replayed_in.as_secs_f64(),
+    );
+    let differences = fuzzer.findings.len() + replay_failures.len();
+    let checked = args.modes.len() * (stats.queries + stats.volatile + replayed);
+    println!(
+        "fuzz: {} passed, {differences} failed",
+        checked.saturating_sub(differences)
+    );
+    if args.check {
+        anyhow::ensure!(
+            differences == 0,
+            "{differences} differences (replayed cases failing: {replay_failures:?})"
+        );
+    }
+    Ok(())
+}
+
+/// Every kept case in every mode against the oracle: how many cases, and
+/// the names of those that differ.
+async fn replay(
+    fuzzer: &mut Fuzzer,
+    root: &std::path::Path,
+) -> anyhow::Result<(usize, Vec<String>)> {
+    let cases = cases::load(root).with_context(|| format!("reading {}", root.display()))?;
+    let mut failures = vec![];
+    for case in &cases {
+        let tables: Vec<data::Table> = case
+            .tables
+            .iter()
+            .map(|(name, _, sorted)| cases::table_entry(name, *sorted))
+            .collect();
+        let locations: Vec<PathBuf> = case.tables.iter().map(|(_, l, _)| l.clone()).collect();
+        fuzzer.install_at(&tables, &locations).await?;
+        let expected = fuzzer.engines.oracle(&case.sql).await;
+        let ordered = case.sql.contains(" ORDER BY ");
+        for (index, mode) in fuzzer.modes.clone().into_iter().enumerate() {
+            let got = fuzzer.engines.squadron(index, &case.sql).await;
+            if let Verdict::Differs(why) = compare(&expected, &got, ordered) {
+                eprintln!("case {} differs in mode {}: {why}", case.name, mode.name());
+                failures.push(format!("{} ({})", case.name, mode.name()));
+            }
+        }
+    }
+    Ok((cases.len(), failures))
+}

@@ -1,0 +1,156 @@
+//! The checks a generated query goes through. Differential: Squadron's
+//! answer in a mode against DataFusion's. Metamorphic, after SQLancer, so
+//! that bugs DataFusion shares show too: TLP (the rows of a query are the
+//! rows WHERE p, plus WHERE NOT p, plus WHERE p IS NULL) and NoREC (the
+//! count of rows a filter keeps is the count of rows the predicate, as a
+//! column, says true for).
+
+use crate::compare::{compare, Verdict};
+use crate::engines::{Engines, Outcome};
+use crate::query::{JoinKind, Piece, Query};
+
+/// One check of one query, as the reducer replays it.
+#[derive(Debug, Clone)]
+pub enum Check {
+    /// Squadron in mode number `mode` answers as DataFusion does.
+    Differential { mode: usize },
+    /// In mode number `mode`, splitting on `predicate` keeps every row.
+    Tlp { mode: usize, predicate: Piece },
+    /// In mode number `mode`, the filter's count is the predicate's.
+    Norec { mode: usize },
+}
+
+impl Check {
+    pub fn mode(&self) -> usize {
+        match self {
+            Check::Differential { mode } | Check::Tlp { mode, .. } | Check::Norec { mode } => *mode,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Check::Differential { .. } => "differential",
+            Check::Tlp { .. } => "TLP",
+            Check::Norec { .. } => "NoREC",
+        }
+    }
+
+    /// Whether the check applies to `query`.
+    pub fn applies(&self, query: &Query) -> bool {
+        match self {
+            Check::Differential { .. } => true,
+            Check::Tlp { .. } => is_partitionable(query),
+            Check::Norec { .. } => is_countable(query),
+        }
+    }
+
+    /// The verdict on `query`, or `None` when the check cannot tell (the
+    /// reference statement failed). `known` is DataFusion's answer when
+    /// the caller has it already.
+    pub async fn run(
+        &self,
+        engines: &mut Engines,
+        query: &Query,
+        known: Option<&Outcome>,
+    ) -> Option<Verdict> {
+        match self {
+            Check::Differential { mode } => {
+                let sql = query.sql();
+                let expected = match known {
+                    Some(known) => known.clone(),
+                    None => engines.oracle(&sql).await,
+                };
+                if matches!(expected, Outcome::Error(_)) {
+                    return None;
+                }
+                let got = engines.squadron(*mode, &sql).await;
+                Some(compare(&expected, &got, query.is_ordered()))
+            }
+            Check::Tlp { mode, predicate } => {
+                let whole = engines.squadron(*mode, &query.sql()).await;
+                if matches!(whole, Outcome::Error(_)) {
+                    return None;
+                }
+                let parts = tlp_parts(query, predicate);
+                let got = engines.squadron(*mode, &parts).await;
+                Some(compare(&whole, &got, false))
+            }
+            Check::Norec { mode } => {
+                let (filtered, counted) = norec_pair(query);
+                let expected = engines.squadron(*mode, &filtered).await;
+                if matches!(expected, Outcome::Error(_)) {
+                    return None;
+                }
+                let got = engines.squadron(*mode, &counted).await;
+                Some(compare(&expected, &got, false))
+            }
+        }
+    }
+}
+
+/// A plain query (no grouping, DISTINCT, window, set operation or LIMIT)
+/// whose WHERE can take one more predicate.
+fn is_partitionable(query: &Query) -> bool {
+    query.set_op.is_none() && query.limit.is_none() && query.select.is_plain()
+}
+
+/// A plain query whose whole filter can be evaluated as a column: no
+/// subquery in it (a CASE cannot hold one) and no comma join (its
+/// equalities are in WHERE, and without them the rows are a cross
+/// product).
+fn is_countable(query: &Query) -> bool {
+    is_partitionable(query)
+        && !query.select.filters.is_empty()
+        && query
+            .select
+            .filters
+            .iter()
+            .all(|f| !f.sql.contains("SELECT"))
+        && query.select.from.iter().all(|f| f.join != JoinKind::Comma)
+}
+
+/// The query's rows as three disjoint parts by `predicate`, UNION ALL.
+pub fn tlp_parts(query: &Query, predicate: &Piece) -> String {
+    let mut plain = query.clone();
+    plain.ordered = false;
+    let part = |condition: String| {
+        let mut part = plain.clone();
+        part.select
+            .filters
+            .push(Piece::new(condition, predicate.reads));
+        part.select.sql()
+    };
+    let p = &predicate.sql;
+    let cte = plain
+        .cte
+        .as_ref()
+        .map(|c| format!("WITH c AS ({c}) "))
+        .unwrap_or_default();
+    format!(
+        "{cte}{} UNION ALL {} UNION ALL {}",
+        part(format!("({p})")),
+        part(format!("NOT ({p})")),
+        part(format!("({p}) IS NULL"))
+    )
+}
+
+/// `SELECT count(*) … WHERE p` and the same count as a sum of `p`.
+pub fn norec_pair(query: &Query) -> (String, String) {
+    let mut counted = query.clone();
+    counted.ordered = false;
+    let filter = counted
+        .select
+        .filters
+        .drain(..)
+        .map(|f| format!("({})", f.sql))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    counted.select.items = vec![Piece::new(
+        format!("coalesce(sum(CASE WHEN {filter} THEN 1 ELSE 0 END), 0)"),
+        0,
+    )];
+    let mut filtered = query.clone();
+    filtered.ordered = false;
+    filtered.select.items = vec![Piece::new("count(*)", 0)];
+    (filtered.sql(), counted.sql())
+}
