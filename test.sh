@@ -36,6 +36,14 @@ echo "== DataFusion's sqllogictest corpus, CI subset: single-node vs Squadron"
 "${CARGO_TARGET_DIR:-target}/debug/squadron-slt" --subset ci --check \
     --modes default,partitioned,default-no-filters,partitioned-no-filters
 
+echo "== differential query fuzzer: kept cases, then generated queries in every mode"
+# The reduced differences kept in the repository first, then 150 generated
+# queries (a fixed seed: the same queries on every run) in all six modes
+# with the metamorphic and volatile checks; long runs are a documented
+# command (docs/correctness.md).
+"${CARGO_TARGET_DIR:-target}/debug/squadron-fuzz" --replay integration/fuzz/cases \
+    --seed 1 --queries 150 --check
+
 echo "== python client tests"
 venv=integration/.venv
 if [ ! -x "$venv/bin/python" ]; then

@@ -51,6 +51,10 @@ pub struct SquadronOptions {
     pub shared_shuffles: bool,
     /// See `REDUCED_SHUFFLES`.
     pub reduced_shuffles: bool,
+    /// See `SCAN_RANGE_PRUNING`.
+    pub scan_range_pruning: bool,
+    /// See `ONE_PARTITION_TAILS`.
+    pub one_partition_tails: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -191,6 +195,20 @@ const REDUCED_SHUFFLES: (&str, &str) = (
      function such as random())",
 );
 
+const SCAN_RANGE_PRUNING: (&str, &str) = (
+    "scan_range_pruning",
+    "Whether the coordinator drops, from each task's file ranges, the Parquet row groups \
+     whose statistics rule out the query's filters (by the footers it holds), so tasks are \
+     not sent ranges that hold no row",
+);
+
+const ONE_PARTITION_TAILS: (&str, &str) = (
+    "one_partition_tails",
+    "Whether the operators above a one-partition input (a join with a scalar subquery, a \
+     small table) on the way to the result run in that one task, rather than after a \
+     shuffle to the session's target partitions",
+);
+
 impl Default for SquadronOptions {
     fn default() -> Self {
         Self {
@@ -208,6 +226,8 @@ impl Default for SquadronOptions {
             like_substrings: true,
             shared_shuffles: true,
             reduced_shuffles: true,
+            scan_range_pruning: true,
+            one_partition_tails: true,
         }
     }
 }
@@ -240,6 +260,8 @@ impl ExtensionOptions for SquadronOptions {
             k if k == LIKE_SUBSTRINGS.0 => self.like_substrings.set(k, value),
             k if k == SHARED_SHUFFLES.0 => self.shared_shuffles.set(k, value),
             k if k == REDUCED_SHUFFLES.0 => self.reduced_shuffles.set(k, value),
+            k if k == SCAN_RANGE_PRUNING.0 => self.scan_range_pruning.set(k, value),
+            k if k == ONE_PARTITION_TAILS.0 => self.one_partition_tails.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -280,6 +302,8 @@ impl ExtensionOptions for SquadronOptions {
             entry(LIKE_SUBSTRINGS, self.like_substrings.to_string()),
             entry(SHARED_SHUFFLES, self.shared_shuffles.to_string()),
             entry(REDUCED_SHUFFLES, self.reduced_shuffles.to_string()),
+            entry(SCAN_RANGE_PRUNING, self.scan_range_pruning.to_string()),
+            entry(ONE_PARTITION_TAILS, self.one_partition_tails.to_string()),
         ]
     }
 }

@@ -20,6 +20,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{
     replace_children_if_necessary, ExecutionPlan, ExecutionPlanProperties,
 };
+use squadron_exec::squadron_options::SquadronOptions;
 
 #[derive(Debug, Default)]
 pub struct NoShuffleAfterOnePartition;
@@ -28,8 +29,11 @@ impl PhysicalOptimizerRule for NoShuffleAfterOnePartition {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !SquadronOptions::of(config).one_partition_tails {
+            return Ok(plan);
+        }
         without_one_partition_shuffles(plan)
     }
 

@@ -34,6 +34,7 @@ use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::ExecutionPlan;
+use squadron_exec::squadron_options::SquadronOptions;
 
 use super::cached_footers::{CachedFooters, ScanPruning, MAX_RANGES_CHECKED};
 use super::children::with_children_rewritten;
@@ -168,8 +169,11 @@ impl PhysicalOptimizerRule for PrunedScanRanges {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !SquadronOptions::of(config).scan_range_pruning {
+            return Ok(plan);
+        }
         self.prune(plan, true)
     }
 

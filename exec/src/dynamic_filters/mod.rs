@@ -75,6 +75,26 @@ use stage_reads::filter_stage_reads;
 
 use crate::squadron_options::SquadronOptions;
 
+/// Whether an operator of `plan` outputs two columns of one name (`a.id`
+/// and `b.id` above a join). DataFusion 55's filter pushdown maps a
+/// pushed filter's columns into a child by name, so a filter on the second
+/// `id` lands on the first and drops rows that match (apache/datafusion
+/// #25244, #25296; fixed by mapping positions in a later release). Such a
+/// plan gets no dynamic filters: slower, never wrong.
+fn has_repeated_column_names(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    let mut repeated = false;
+    plan.apply(|node| {
+        let schema = node.schema();
+        let mut names = HashSet::new();
+        repeated = schema.fields().iter().any(|f| !names.insert(f.name()));
+        Ok(match repeated {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    })?;
+    Ok(repeated)
+}
+
 /// `task_plan` (executed for one partition) with dynamic filters wired,
 /// when the session's `squadron.dynamic_filters` is on.
 pub fn with_dynamic_filters(
@@ -82,7 +102,7 @@ pub fn with_dynamic_filters(
     options: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let squadron = SquadronOptions::of(options);
-    if !squadron.dynamic_filters {
+    if !squadron.dynamic_filters || has_repeated_column_names(&task_plan)? {
         return Ok(task_plan);
     }
     let bloom_filters = squadron.bloom_filters;

@@ -29,7 +29,16 @@ pub fn save(root: &Path, name: &str, finding: &Finding) -> anyhow::Result<PathBu
         format!("-- mode: {}", finding.mode.name()),
         format!("-- difference: {}", finding.why.replace('\n', " ")),
     ];
-    for table in &finding.tables {
+    let words: Vec<&str> = finding
+        .sql
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .collect();
+    // Only the tables the statement reads.
+    for table in finding
+        .tables
+        .iter()
+        .filter(|t| words.contains(&t.name.as_str()))
+    {
         table.write(&dir)?;
         header.push(format!(
             "-- table: {}{}",

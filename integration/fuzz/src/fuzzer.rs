@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::compare::Verdict;
+use crate::compare::{compare, Verdict};
 use crate::data::Table;
 use crate::engines::{Engines, Outcome};
 use crate::generate::{self, visible};
 use crate::modes::Mode;
+use crate::modes::REWRITES;
 use crate::oracles::Check;
 use crate::query::Query;
 use crate::reduce::smaller;
@@ -223,6 +224,13 @@ impl Fuzzer {
         } else {
             (query, self.tables.clone(), why)
         };
+        let why = match check {
+            Check::Differential { .. } => {
+                let blamed = self.blame(mode, &query).await?;
+                format!("{why}; {blamed}")
+            }
+            _ => why,
+        };
         let sql = match &check {
             Check::Tlp { predicate, .. } => format!(
                 "{}\n-- equals, as a multiset:\n{}",
@@ -297,6 +305,26 @@ impl Fuzzer {
             query.sql()
         );
         Ok((query, tables, why))
+    }
+
+    /// Which rewrites, switched off alone in `mode`, make `query` answer
+    /// as DataFusion does: where a bug report should look first.
+    async fn blame(&mut self, mode: Mode, query: &Query) -> anyhow::Result<String> {
+        let sql = query.sql();
+        let expected = self.engines.oracle(&sql).await;
+        let mut fixed = vec![];
+        for (key, off) in REWRITES {
+            let mut settings = mode.settings();
+            settings.push(format!("SET {key} = {off}"));
+            let got = self.engines.squadron_with(&settings, &sql).await?;
+            if compare(&expected, &got, query.is_ordered()) == Verdict::Same {
+                fixed.push(format!("{key} = {off}"));
+            }
+        }
+        Ok(match fixed.is_empty() {
+            true => "no rewrite switched off alone answers right".into(),
+            false => format!("answers right with {}", fixed.join(" or with ")),
+        })
     }
 
     async fn fails(&mut self, check: &Check, query: &Query) -> Option<String> {

@@ -74,6 +74,10 @@ struct Args {
     /// Print every statement as it is checked.
     #[arg(long)]
     verbose: bool,
+    /// More settings for every mode's session (`key=value`, repeatable):
+    /// a difference that goes away with one names the rewrite at fault.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
 }
 
 #[tokio::main]
@@ -92,7 +96,15 @@ async fn main() -> anyhow::Result<()> {
         ..ServerOptions::default()
     };
     let server = start(options).await?;
-    let engines = Engines::connect(&server.addr.to_string(), &args.modes).await?;
+    let extra: Vec<String> = args
+        .settings
+        .iter()
+        .map(|setting| match setting.split_once('=') {
+            Some((key, value)) => Ok(format!("SET {key} = {value}")),
+            None => Err(anyhow::anyhow!("--set {setting}: expected KEY=VALUE")),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let engines = Engines::connect(&server.addr.to_string(), &args.modes, &extra).await?;
     let mut fuzzer = Fuzzer::new(engines, args.modes.clone(), !args.no_reduce)?;
     fuzzer.verbose = args.verbose;
 

@@ -1,19 +1,23 @@
 //! The ways Squadron runs a query, each a session's settings: every
 //! generated query runs in each of them.
 
-/// Every rewrite Squadron applies for speed, by its switch: the
+/// Every rewrite Squadron applies for speed, by its switch and the value
+/// that turns it off: the
 /// `rewrites-off` mode turns them all off, so a difference seen in another
 /// mode but not there points at a rewrite.
-pub const REWRITES: &[&str] = &[
-    "squadron.join_reorder",
-    "squadron.dynamic_filters",
-    "squadron.key_range_splits",
-    "squadron.narrow_decimals",
-    "squadron.adaptive_filters",
-    "squadron.like_substrings",
-    "squadron.shared_shuffles",
-    "squadron.reduced_shuffles",
-    "squadron.reuse_plans",
+pub const REWRITES: &[(&str, &str)] = &[
+    ("squadron.join_reorder", "false"),
+    ("squadron.dynamic_filters", "false"),
+    ("squadron.key_range_splits", "false"),
+    ("squadron.narrow_decimals", "false"),
+    ("squadron.adaptive_filters", "false"),
+    ("squadron.like_substrings", "false"),
+    ("squadron.shared_shuffles", "false"),
+    ("squadron.reduced_shuffles", "false"),
+    ("squadron.reuse_plans", "false"),
+    ("squadron.scan_range_pruning", "false"),
+    ("squadron.one_partition_tails", "false"),
+    ("squadron.subset_key_max_rows", "0"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -61,9 +65,13 @@ impl Mode {
                 .chain(partitioned)
                 .collect(),
             Mode::TaskRetry => vec![workers, "SET squadron.retry_policy = 'task'".into()],
-            Mode::RewritesOff => [workers, "SET squadron.subset_key_max_rows = 0".into()]
+            Mode::RewritesOff => [workers]
                 .into_iter()
-                .chain(REWRITES.iter().map(|key| format!("SET {key} = false")))
+                .chain(
+                    REWRITES
+                        .iter()
+                        .map(|(key, off)| format!("SET {key} = {off}")),
+                )
                 .collect(),
         }
     }

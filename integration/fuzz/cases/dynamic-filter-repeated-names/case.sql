@@ -1,0 +1,11 @@
+-- found: --seed 10 query 289 (differential)
+-- mode: default
+-- difference: 1 rows expected, 0 rows given; first difference: missing ["NULL"]
+-- cause: DataFusion 55's filter pushdown maps a join's dynamic filter onto a child by column
+--   name; above the t0-t3 join both k1 columns are named k1, so the filter on t3.k1 landed on
+--   t0.k1 and dropped the row (apache/datafusion#25244). Plans with repeated names get no
+--   dynamic filters (exec/src/dynamic_filters/mod.rs).
+-- table: t0
+-- table: t2
+-- table: t3
+SELECT CASE WHEN a0.k1 BETWEEN CAST(29 AS INT) AND CAST(-2147483648 AS INT) THEN a0.k1 ELSE -a0.k1 END AS c0 FROM t0 a0 JOIN t3 a4 ON a4.k0 = a0.k2 JOIN t2 a5 ON a5.k1 = a4.k1
