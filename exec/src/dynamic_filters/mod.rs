@@ -35,7 +35,10 @@
 //! side is executed (its scans opened) only then (`DeferredExec`). A scan
 //! uses it to skip row groups; where another join lies between the scan
 //! and the join, a `FilterExec` over the scan also drops its rows
-//! (`scans_below_joins`). Such a filter stays in its task, so it lists up
+//! (`scans_below_joins`). Where the probe side repeats a column name, a
+//! filter is kept only where it landed on its key's own column (`origins`:
+//! DataFusion 55 maps pushed filters by name). Such a filter stays in its
+//! task, so it lists up
 //! to 65,536 integer keys when they span less than a bitmap holds and are
 //! sparse in it (`Membership::IN_TASK`).
 
@@ -43,6 +46,7 @@ mod bloom;
 mod build_side;
 mod deferred;
 mod keys;
+mod origins;
 mod row_form;
 mod scans_below_joins;
 mod stage_reads;
@@ -70,29 +74,27 @@ pub use bloom::KeyBloomExpr;
 pub use build_side::{BuildSideFilterExec, FILTERS_PUBLISHED};
 pub use deferred::DeferredExec;
 pub use keys::{BuildKeys, Membership, MAX_LISTED, MAX_RANGES};
+use origins::{has_repeated_column_names, lands_on_its_keys};
 use scans_below_joins::filter_scans_below_joins;
 use stage_reads::filter_stage_reads;
 
 use crate::squadron_options::SquadronOptions;
 
-/// Whether an operator of `plan` outputs two columns of one name (`a.id`
-/// and `b.id` above a join). DataFusion 55's filter pushdown maps a
-/// pushed filter's columns into a child by name, so a filter on the second
-/// `id` lands on the first and drops rows that match (apache/datafusion
-/// #25244, #25296; fixed by mapping positions in a later release). Such a
-/// plan gets no dynamic filters: slower, never wrong.
-fn has_repeated_column_names(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-    let mut repeated = false;
+/// Whether a TopK (a sort with a limit) reads an input where an operator
+/// outputs two columns of one name.
+fn top_k_over_repeated_names(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    let mut found = false;
     plan.apply(|node| {
-        let schema = node.schema();
-        let mut names = HashSet::new();
-        repeated = schema.fields().iter().any(|f| !names.insert(f.name()));
-        Ok(match repeated {
-            true => TreeNodeRecursion::Stop,
-            false => TreeNodeRecursion::Continue,
-        })
+        let top_k = node
+            .downcast_ref::<datafusion::physical_plan::sorts::sort::SortExec>()
+            .is_some_and(|sort| sort.fetch().is_some());
+        if top_k && has_repeated_column_names(node)? {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
     })?;
-    Ok(repeated)
+    Ok(found)
 }
 
 /// `task_plan` (executed for one partition) with dynamic filters wired,
@@ -102,14 +104,16 @@ pub fn with_dynamic_filters(
     options: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let squadron = SquadronOptions::of(options);
-    if !squadron.dynamic_filters || has_repeated_column_names(&task_plan)? {
+    if !squadron.dynamic_filters {
         return Ok(task_plan);
     }
     let bloom_filters = squadron.bloom_filters;
     let mut config = options.clone();
     let optimizer = &mut config.optimizer;
     optimizer.enable_join_dynamic_filter_pushdown = true;
-    optimizer.enable_topk_dynamic_filter_pushdown = true;
+    // A TopK's filter cannot be checked for where it lands (`origins`):
+    // none over columns of repeated names.
+    optimizer.enable_topk_dynamic_filter_pushdown = !top_k_over_repeated_names(&task_plan)?;
     // An aggregate's filter (min/max without grouping) is shared by its
     // partitions in one process; not wired here.
     optimizer.enable_aggregate_dynamic_filter_pushdown = false;
@@ -127,7 +131,19 @@ pub fn with_dynamic_filters(
         };
         #[allow(deprecated)] // its replacement returns the filter type-erased
         let placed = join.dynamic_filter_expr().cloned();
+        let probe_keys: Vec<_> = join
+            .on()
+            .iter()
+            .map(|(_, probe)| Arc::clone(probe))
+            .collect();
+        let landed = match placed.as_ref().and_then(|f| f.expression_id()) {
+            Some(id) if has_repeated_column_names(join.right())? => {
+                lands_on_its_keys(join.right(), &probe_keys, id)?
+            }
+            _ => true,
+        };
         let sound = filters_soundly(join)
+            && landed
             && (*join.partition_mode() == PartitionMode::CollectLeft
                 || single.contains(&identity(&node)));
         if !sound {
@@ -139,14 +155,9 @@ pub fn with_dynamic_filters(
         }
         // DataFusion places none where the probe key comes from a stage
         // read (it wants hash-partitioned inputs it can see).
-        let filter = placed.clone().unwrap_or_else(|| {
-            let probe_keys = join
-                .on()
-                .iter()
-                .map(|(_, probe)| Arc::clone(probe))
-                .collect();
-            Arc::new(DynamicFilterPhysicalExpr::new(probe_keys, lit(true)))
-        });
+        let filter = placed
+            .clone()
+            .unwrap_or_else(|| Arc::new(DynamicFilterPhysicalExpr::new(probe_keys, lit(true))));
         let id = filter.expression_id();
         let scanned = placed.is_some() && id.is_some_and(|id| holds(join.right(), id));
         let read = match join.on() {

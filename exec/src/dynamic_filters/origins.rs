@@ -1,0 +1,165 @@
+//! Where a join's dynamic filter must land, found by column position.
+//!
+//! DataFusion 55's filter pushdown maps a pushed filter onto a child's
+//! columns by name, so where an operator outputs two columns of one name
+//! (`a.k` and `b.k` above a join) a filter on the second lands on the
+//! first and drops rows that match (apache/datafusion#25244, #25296;
+//! fixed upstream by mapping positions, in a later release). Where a probe
+//! side holds such names, the filter is kept only if every scan that
+//! received it received it over a column its key is read from, followed
+//! here position by position; otherwise the join gets no filter.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{JoinType, Result};
+use datafusion::datasource::memory::DataSourceExec;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// A scan (by address) and one of its columns (by name).
+type Origin = (usize, String);
+
+fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    Arc::as_ptr(plan) as *const () as usize
+}
+
+/// Whether an operator below `plan`, or `plan`, outputs two columns of
+/// one name.
+pub fn has_repeated_column_names(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    let mut repeated = false;
+    plan.apply(|node| {
+        let mut names = HashSet::new();
+        repeated = node
+            .schema()
+            .fields()
+            .iter()
+            .any(|f| !names.insert(f.name()));
+        Ok(match repeated {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    })?;
+    Ok(repeated)
+}
+
+/// The scan columns column `i` of `plan`'s output is read from, followed by
+/// position through projections, filters, joins, group keys, unions and
+/// operators that pass their input's columns on; `None` through anything
+/// else (a computed column, an operator not followed).
+pub fn origins(plan: &Arc<dyn ExecutionPlan>, i: usize) -> Option<Vec<Origin>> {
+    if plan.is::<DataSourceExec>() {
+        return Some(vec![(address(plan), plan.schema().field(i).name().clone())]);
+    }
+    if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
+        let column = projection.expr().get(i)?.expr.downcast_ref::<Column>()?;
+        return origins(projection.input(), column.index());
+    }
+    if let Some(filter) = plan.downcast_ref::<FilterExec>() {
+        let j = match filter.projection() {
+            Some(projection) => *projection.get(i)?,
+            None => i,
+        };
+        return origins(filter.input(), j);
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let j = match &join.projection {
+            Some(projection) => *projection.get(i)?,
+            None => i,
+        };
+        let left = join.left().schema().fields().len();
+        return match join.join_type() {
+            JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+                if j < left {
+                    origins(join.left(), j)
+                } else {
+                    origins(join.right(), j - left)
+                }
+            }
+            JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => origins(join.left(), j),
+            JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => {
+                origins(join.right(), j)
+            }
+        };
+    }
+    if let Some(aggregate) = plan.downcast_ref::<AggregateExec>() {
+        let (expr, _) = aggregate.group_expr().expr().get(i)?;
+        let column = expr.downcast_ref::<Column>()?;
+        return origins(aggregate.input(), column.index());
+    }
+    if plan.is::<UnionExec>() {
+        let mut all = vec![];
+        for child in plan.children() {
+            all.extend(origins(child, i)?);
+        }
+        return Some(all);
+    }
+    // One input whose columns pass on as they are (repartitions, sorts,
+    // merges, limits, batch coalescing).
+    match plan.children().as_slice() {
+        [child] if same_columns(plan, child) => origins(child, i),
+        _ => None,
+    }
+}
+
+fn same_columns(plan: &Arc<dyn ExecutionPlan>, child: &Arc<dyn ExecutionPlan>) -> bool {
+    let (ours, theirs) = (plan.schema(), child.schema());
+    ours.fields().len() == theirs.fields().len()
+        && ours
+            .fields()
+            .iter()
+            .zip(theirs.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+}
+
+/// Whether every scan under `probe` holding the filter `id` holds it over
+/// scan columns the probe `keys` (columns of `probe`'s output) are read
+/// from (true where no scan holds it: a stage read takes it by position).
+pub fn lands_on_its_keys(
+    probe: &Arc<dyn ExecutionPlan>,
+    keys: &[Arc<dyn PhysicalExpr>],
+    id: u64,
+) -> Result<bool> {
+    let mut landed: Vec<Origin> = vec![];
+    probe.apply(|node| {
+        if !node.is::<DataSourceExec>() {
+            return Ok(TreeNodeRecursion::Continue);
+        }
+        node.apply_expressions(&mut |root| {
+            root.apply(|expr| {
+                if expr.expression_id() != Some(id) {
+                    return Ok(TreeNodeRecursion::Continue);
+                }
+                expr.apply(|inner| {
+                    if let Some(column) = inner.downcast_ref::<Column>() {
+                        landed.push((address(node), column.name().to_string()));
+                    }
+                    Ok(TreeNodeRecursion::Continue)
+                })?;
+                Ok(TreeNodeRecursion::Jump)
+            })
+        })?;
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if landed.is_empty() {
+        return Ok(true);
+    }
+    let mut expected = HashSet::new();
+    for key in keys {
+        let found = key
+            .downcast_ref::<Column>()
+            .and_then(|column| origins(probe, column.index()));
+        match found {
+            Some(found) => expected.extend(found),
+            None => return Ok(false),
+        }
+    }
+    Ok(landed.iter().all(|origin| expected.contains(origin)))
+}
