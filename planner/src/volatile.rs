@@ -200,4 +200,27 @@ mod tests {
         assert_eq!(reduced(&graph), 0, "{graph}");
         assert_eq!(VolatileEvaluations::of_graph(&graph).unwrap(), before);
     }
+
+    /// A one-partition build side that calls `random()`, joined in a stage
+    /// of two tasks, would run once in each: no cut keeps the invariant,
+    /// and the plan is refused (the coordinator runs it itself).
+    #[tokio::test]
+    async fn a_volatile_subtree_every_task_would_run_is_refused() {
+        let ctx = context(true).await;
+        let rows: Vec<_> = (0..20).map(|i| (Some(i), i)).collect();
+        ctx.register_table("d", Arc::new(key_value_table(&rows, 1)))
+            .unwrap();
+        let sql =
+            "SELECT t.k, t.v FROM t JOIN (SELECT k FROM d WHERE random() < 0.5) s ON t.k = s.k";
+        let plan = physical_plan(&ctx, sql).await;
+        let shown = datafusion::physical_plan::displayable(plan.as_ref())
+            .indent(true)
+            .to_string();
+        assert!(shown.contains("CollectLeft"), "{shown}");
+        let refused = build_job_graph(plan, &SquadronOptions::default()).unwrap_err();
+        assert!(VolatileRefusal::is(&refused), "{refused}");
+        // Without random() the same shape is cut as usual.
+        let sql = "SELECT t.k, t.v FROM t JOIN (SELECT k FROM d WHERE v < 10) s ON t.k = s.k";
+        build_job_graph(physical_plan(&ctx, sql).await, &SquadronOptions::default()).unwrap();
+    }
 }

@@ -163,3 +163,54 @@ pub fn lands_on_its_keys(
     }
     Ok(landed.iter().all(|origin| expected.contains(origin)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::MemTable;
+    use datafusion::prelude::SessionContext;
+
+    fn table(columns: [&str; 2]) -> Arc<MemTable> {
+        let schema = Arc::new(Schema::new(
+            columns
+                .map(|name| Field::new(name, DataType::Int64, true))
+                .to_vec(),
+        ));
+        let values = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let batch =
+            RecordBatch::try_new(Arc::clone(&schema), vec![values.clone(), values]).unwrap();
+        Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())
+    }
+
+    /// `a.k` and `b.k` above a join: the second `k` is read from `b`'s
+    /// scan, not from the first `k`'s.
+    #[tokio::test]
+    async fn a_repeated_name_is_followed_to_its_own_scan() {
+        let ctx = SessionContext::new();
+        ctx.register_table("a", table(["k", "v"])).unwrap();
+        ctx.register_table("b", table(["k", "w"])).unwrap();
+        let plan = ctx
+            .sql("SELECT a.k, b.k FROM a JOIN b ON a.v = b.w")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        assert!(has_repeated_column_names(&plan).unwrap());
+        let first = origins(&plan, 0).unwrap();
+        let second = origins(&plan, 1).unwrap();
+        assert_eq!((first.len(), second.len()), (1, 1));
+        assert_eq!((first[0].1.as_str(), second[0].1.as_str()), ("k", "k"));
+        assert_ne!(first[0].0, second[0].0, "two scans");
+        let unique = ctx
+            .sql("SELECT a.k, b.w FROM a JOIN b ON a.v = b.w")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        assert!(!has_repeated_column_names(&unique).unwrap());
+    }
+}

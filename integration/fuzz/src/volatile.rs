@@ -27,7 +27,7 @@ pub fn check(rng: &mut Rng, tables: &[String]) -> VolatileCheck {
     let u = rng.pick(tables).clone();
     let key = *rng.pick(&["k0", "k1", "k2"]);
     let p = *rng.pick(&[0.5, 0.3]);
-    match rng.below(6) {
+    match rng.below(7) {
         0 => VolatileCheck {
             sql: format!(
                 "SELECT count(*) FROM (SELECT {key}, random() AS x FROM {t}) a \
@@ -64,6 +64,18 @@ pub fn check(rng: &mut Rng, tables: &[String]) -> VolatileCheck {
                 },
             }
         }
+        5 => VolatileCheck {
+            // One sample for every task: each sampled key joins all its
+            // rows (a build side every task drew again would not).
+            sql: format!(
+                "SELECT count(*) FROM (SELECT d.{key}, count(*) AS c FROM {t} f \
+                 JOIN (SELECT DISTINCT {key} FROM {u} WHERE random() < {p}) d \
+                 ON f.{key} = d.{key} GROUP BY d.{key}) x \
+                 JOIN (SELECT {key}, count(*) AS n FROM {t} GROUP BY {key}) y \
+                 ON x.{key} = y.{key} WHERE x.c <> y.n"
+            ),
+            expect: Expect::Zero,
+        },
         4 => VolatileCheck {
             sql: format!(
                 "SELECT count(*) - count(DISTINCT x) FROM \
