@@ -38,19 +38,21 @@ pub fn assign_readers(stages: &mut [Stage]) -> Result<()> {
         // What the stage's tasks execute.
         let root = Arc::clone(stage.task_plan());
         let executed_by: Vec<Vec<u32>> = (0..stage.tasks as u32).map(|t| vec![t]).collect();
-        let mut readers = BTreeMap::new();
+        let mut readers = vec![];
         collect(&root, &executed_by, &mut readers)?;
         if readers.is_empty() {
             continue;
         }
-        let mut reads = BTreeMap::new();
+        // Each read its own range, also two reads of one input in this
+        // stage (a shared build side read by two joins the stage runs).
+        let mut reads = vec![];
         for (input, tasks) in readers {
             let next = channels.entry(input).or_insert(0);
             let first = *next;
             *next += tasks.len().max(1) as u32;
-            reads.insert(input, (tasks, first));
+            reads.push((input, tasks, first));
         }
-        stage.plan = with_readers(Arc::clone(&stage.plan), &reads)?;
+        stage.plan = with_readers(Arc::clone(&stage.plan), reads)?;
     }
     for (input, channels) in channels {
         stages[input as usize].set_output(StageOutput::Broadcast {
@@ -60,16 +62,17 @@ pub fn assign_readers(stages: &mut [Stage]) -> Result<()> {
     Ok(())
 }
 
+/// The merge reads under `plan`, in the order of the plan's leaves, with
+/// the tasks that execute each.
 fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     executed_by: &[Vec<u32>],
-    readers: &mut BTreeMap<u32, Vec<u32>>,
+    readers: &mut Vec<(u32, Vec<u32>)>,
 ) -> Result<()> {
     let everyone = union_of(executed_by);
     if let Some(read) = plan.downcast_ref::<StageReadExec>() {
-        if read.mode() == ReadMode::Merge && readers.insert(read.stage_id(), everyone).is_some() {
-            // Both reads would take the same channels.
-            return internal_err!("stage {} is merge-read twice by one stage", read.stage_id());
+        if read.mode() == ReadMode::Merge {
+            readers.push((read.stage_id(), everyone));
         }
         return Ok(());
     }
@@ -115,22 +118,27 @@ fn union_of(sets: &[Vec<u32>]) -> Vec<u32> {
     all
 }
 
-/// The plan with each merge read given its readers and first channel.
+/// The plan with each merge read given its readers and first channel:
+/// `reads` in the order of the plan's leaves (`collect`), which a
+/// post-order walk meets in the same order.
 fn with_readers(
     plan: Arc<dyn ExecutionPlan>,
-    reads: &BTreeMap<u32, (Vec<u32>, u32)>,
+    reads: Vec<(u32, Vec<u32>, u32)>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut reads = reads.into_iter();
     plan.transform_up(|node| {
         let Some(read) = node.downcast_ref::<StageReadExec>() else {
             return Ok(Transformed::no(node));
         };
-        match reads.get(&read.stage_id()) {
-            Some((tasks, first)) if read.mode() == ReadMode::Merge => {
-                let read: Arc<dyn ExecutionPlan> =
-                    Arc::new(read.with_readers(tasks.clone(), *first));
+        if read.mode() != ReadMode::Merge {
+            return Ok(Transformed::no(node));
+        }
+        match reads.next() {
+            Some((stage, tasks, first)) if stage == read.stage_id() => {
+                let read: Arc<dyn ExecutionPlan> = Arc::new(read.with_readers(tasks, first));
                 Ok(Transformed::yes(read))
             }
-            _ => Ok(Transformed::no(node)),
+            _ => internal_err!("merge reads met out of order"),
         }
     })
     .map(|t| t.data)
@@ -151,11 +159,35 @@ mod tests {
         MemorySourceConfig::try_new_exec(&vec![vec![]; partitions], schema(), None).unwrap()
     }
 
-    fn merge_read_of(stage: &Stage) -> Vec<u32> {
-        let mut found = BTreeMap::new();
+    fn merge_reads_of(stage: &Stage) -> Vec<(u32, Vec<u32>)> {
+        let mut found = vec![];
         let executed_by: Vec<Vec<u32>> = (0..stage.tasks as u32).map(|t| vec![t]).collect();
         collect(&stage.plan, &executed_by, &mut found).unwrap();
-        found.into_values().next().expect("a merge read")
+        found
+    }
+
+    fn merge_read_of(stage: &Stage) -> Vec<u32> {
+        merge_reads_of(stage).remove(0).1
+    }
+
+    /// One merge read twice by one stage (a build side two joins of the
+    /// stage share): each read takes channels of its own.
+    #[test]
+    fn two_reads_of_one_merge_in_one_stage_take_their_own_channels() {
+        let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(source(4)));
+        let plan = UnionExec::try_new(vec![Arc::clone(&merged), merged]).unwrap();
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
+        let final_stage = graph.final_stage();
+        assert_eq!(merge_reads_of(final_stage).len(), 2, "{graph}");
+        assert_eq!(
+            graph.stages[0].output(),
+            StageOutput::Broadcast { channels: 2 }
+        );
+        let shown = graph.to_string();
+        assert!(
+            shown.contains("first_channel=1") || shown.contains("readers=[1]"),
+            "{shown}"
+        );
     }
 
     #[test]
