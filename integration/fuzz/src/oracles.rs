@@ -39,7 +39,13 @@ impl Check {
     pub fn applies(&self, query: &Query) -> bool {
         match self {
             Check::Differential { .. } => true,
-            Check::Tlp { .. } => is_partitionable(query),
+            // The reducer may drop a FROM item the predicate reads.
+            Check::Tlp { predicate, .. } => {
+                let shown = crate::generate::visible(&query.select.from)
+                    .iter()
+                    .fold(0u64, |set, alias| set | 1 << alias);
+                is_partitionable(query) && predicate.reads & !shown == 0
+            }
             Check::Norec { .. } => is_countable(query),
         }
     }
