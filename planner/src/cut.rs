@@ -46,7 +46,9 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::{
     displayable, ExecutionPlan, ExecutionPlanProperties, Partitioning,
 };
-use squadron_exec::plan::stage_read::{hash_partition_columns, uniform_constant_columns};
+use squadron_exec::plan::stage_read::{
+    equal_column_classes, hash_partition_columns, uniform_constant_columns,
+};
 use squadron_exec::plan::{encode_plan, StageReadExec};
 use squadron_proto::v1::ReadMode;
 
@@ -384,6 +386,7 @@ impl Cutter {
         let hashed = hash_partition_columns(plan.output_partitioning(), channels);
         Ok(Arc::new(
             read.with_constants(&constants_of(plan))?
+                .with_equal_columns(&equal_column_classes(plan.equivalence_properties()))?
                 .hashed_on(&hashed)?,
         ))
     }
@@ -419,10 +422,15 @@ impl Cutter {
         let schema = input.schema();
         // The channel count is set once the readers are known (`readers`).
         let constants = constants_of(&input);
+        let equal = equal_column_classes(input.equivalence_properties());
         let hashed = hash_partition_columns(input.output_partitioning(), tasks);
         let id = self.push_stage(input, tasks, StageOutput::Broadcast { channels: 1 })?;
         let read = StageReadExec::new(id as u32, ReadMode::Merge, tasks, schema);
-        let read = Arc::new(read.with_constants(&constants)?.hashed_on(&hashed)?);
+        let read = Arc::new(
+            read.with_constants(&constants)?
+                .with_equal_columns(&equal)?
+                .hashed_on(&hashed)?,
+        );
         #[allow(deprecated)]
         plan.with_new_children(vec![read])
     }
@@ -648,5 +656,46 @@ mod tests {
             .filter(|s| s.output() == StageOutput::Repartition { channels: 2 })
             .count();
         assert_eq!(repartitions, 2, "{}", graph.display_compact());
+    }
+
+    #[tokio::test]
+    async fn a_read_keeps_the_equal_columns_of_a_join_below_the_cut() {
+        let mut config = SessionConfig::new().with_target_partitions(2);
+        crate::test_tables::without_collected_joins(&mut config);
+        let ctx = SessionContext::new_with_config(config);
+        let rows: Vec<_> = (0..40).map(|i| (Some(i % 6), i)).collect();
+        for name in ["p", "q"] {
+            ctx.register_table(name, Arc::new(key_value_table(&rows, 2)))
+                .unwrap();
+        }
+        // The aggregate's shuffle on (a, b) is cut above the join that
+        // makes them equal.
+        let sql = "SELECT a, b, count(*) FROM \
+                   (SELECT p.k AS a, q.k AS b FROM p JOIN q ON p.k = q.k) GROUP BY a, b";
+        let graph = build_job_graph(physical_plan(&ctx, sql).await, &Default::default()).unwrap();
+        let equal_at_reads = |plan: &Arc<dyn ExecutionPlan>| {
+            let mut equal = vec![];
+            plan.apply(|node| {
+                if let Some(read) = node.downcast_ref::<StageReadExec>() {
+                    equal.extend(read.equal_columns());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+            .unwrap();
+            equal
+        };
+        let task_ctx = ctx.task_ctx();
+        let (mut planned, mut decoded) = (vec![], vec![]);
+        for stage in &graph.stages {
+            planned.extend(equal_at_reads(&stage.plan));
+            let bytes = encode_plan(Arc::clone(&stage.plan)).unwrap();
+            let copy = squadron_exec::plan::decode_plan(&bytes, &task_ctx).unwrap();
+            decoded.extend(equal_at_reads(&copy));
+        }
+        assert_eq!(planned, vec![vec![0, 1]], "{}", graph.display_compact());
+        assert_eq!(
+            decoded, planned,
+            "the worker's copy of the read says so too"
+        );
     }
 }

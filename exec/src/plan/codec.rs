@@ -17,8 +17,9 @@ use prost::Message;
 use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::squadron_plan_node::Node;
 use squadron_proto::v1::{
-    ConstantColumn, OutputDistribution, ReadMode, RecursiveQueryNode, RowFlag as WireRowFlag,
-    SinkWriteNode, SquadronPlanNode, StageReadNode, StageWriteNode, TableWriteNode, WorkTableNode,
+    ConstantColumn, EqualColumns, OutputDistribution, ReadMode, RecursiveQueryNode,
+    RowFlag as WireRowFlag, SinkWriteNode, SquadronPlanNode, StageReadNode, StageWriteNode,
+    TableWriteNode, WorkTableNode,
 };
 
 use super::stage_read::StageReadExec;
@@ -179,9 +180,15 @@ fn decode_stage_read(
         .map(|c| Ok((c.column as usize, decode_scalar(&c.value)?)))
         .collect::<Result<Vec<_>>>()?;
     let hash_columns: Vec<usize> = node.hash_columns.iter().map(|c| *c as usize).collect();
+    let equal_columns: Vec<Vec<usize>> = node
+        .equal_columns
+        .iter()
+        .map(|class| class.columns.iter().map(|c| *c as usize).collect())
+        .collect();
     Ok(Arc::new(
         read.with_readers(node.readers, node.first_channel)
             .with_constants(&constants)?
+            .with_equal_columns(&equal_columns)?
             .hashed_on(&hash_columns)?,
     ))
 }
@@ -219,6 +226,13 @@ fn encode_stage_read(read: &StageReadExec) -> Result<StageReadNode> {
         readers: read.readers().to_vec(),
         first_channel: read.first_channel(),
         hash_columns: read.hash_columns().into_iter().map(|c| c as u32).collect(),
+        equal_columns: read
+            .equal_columns()
+            .into_iter()
+            .map(|class| EqualColumns {
+                columns: class.into_iter().map(|c| c as u32).collect(),
+            })
+            .collect(),
         constants: read
             .constants()
             .into_iter()

@@ -151,6 +151,34 @@ impl StageReadExec {
         })
     }
 
+    /// A copy that knows which of its columns hold equal values in every
+    /// row (each class of `classes`: a join's keys below the cut). The
+    /// operators above were planned knowing it: a join's hash partitioning
+    /// on one key is passed on through a projection that keeps only the
+    /// other, and a union over such inputs became an interleave. A read
+    /// that forgot it would leave those operators unable to be rebuilt.
+    pub fn with_equal_columns(&self, classes: &[Vec<usize>]) -> Result<Self> {
+        let mut equal = self.properties.equivalence_properties().clone();
+        for class in classes {
+            let Some((first, others)) = class.split_first() else {
+                continue;
+            };
+            for other in others {
+                equal.add_equal_conditions(self.column(*first)?, self.column(*other)?)?;
+            }
+        }
+        let partitioning = self.properties.output_partitioning().clone();
+        Ok(Self {
+            properties: Arc::new(PlanProperties::new(
+                equal,
+                partitioning,
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )),
+            ..self.clone_unbound()
+        })
+    }
+
     /// A copy whose partitions are the hash partitions of `columns` (see
     /// `hash_columns`); none for the default, unknown partitioning.
     pub fn hashed_on(&self, columns: &[usize]) -> Result<Self> {
@@ -232,6 +260,11 @@ impl StageReadExec {
 
     pub fn partitions(&self) -> usize {
         self.partitions
+    }
+
+    /// The classes of columns equal in every row (see `with_equal_columns`).
+    pub fn equal_columns(&self) -> Vec<Vec<usize>> {
+        equal_column_classes(self.properties.equivalence_properties())
     }
 
     /// A copy of this placeholder that reads from the given upstream tasks.
@@ -459,6 +492,23 @@ pub fn uniform_constant_columns(
                 AcrossPartitions::Heterogeneous => None,
             }
         })
+        .collect()
+}
+
+/// The classes of two or more plain columns `properties` knows to be
+/// equal in every row: what a read of a stream with these properties may
+/// promise. Members that are not plain columns are left out.
+pub fn equal_column_classes(properties: &EquivalenceProperties) -> Vec<Vec<usize>> {
+    properties
+        .eq_group()
+        .iter()
+        .map(|class| {
+            class
+                .iter()
+                .filter_map(|e| e.downcast_ref::<Column>().map(Column::index))
+                .collect::<Vec<_>>()
+        })
+        .filter(|columns| columns.len() > 1)
         .collect()
 }
 
