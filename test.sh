@@ -14,7 +14,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 python3 .ci/crate_layers.py
 python3 .ci/import_cycles.py proto/src common/src net/src exec/src planner/src worker/src \
     coordinator/src server/src \
-    integration/bench/src integration/cluster/src integration/sqllogictest/src
+    integration/bench/src integration/cluster/src integration/sqllogictest/src \
+    integration/fuzz/src
+# Every file and directory the README and docs/ name exists.
+python3 .ci/doc_paths.py
 
 echo "== build"
 cargo build --workspace --bins --tests --locked

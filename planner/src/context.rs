@@ -83,7 +83,7 @@ pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
     // decoding every probe row; across processes that costs far more than
     // in one, so builds of up to 16 MiB / 1 M rows are broadcast rather
     // than the single-node 1 MiB / 128 K (TPC-H SF1 total 1.34-1.38 ->
-    // 1.22-1.28 of DataFusion, q5 1.65 -> 1.0-1.07; docs/benchmarks.md).
+    // 1.22-1.28 of DataFusion, q5 1.65 -> 1.0-1.07; docs/history/benchmarks-2026-12.md).
     // A round-robin repartition spreads a one-partition input (a small
     // file, a global aggregate, a nested-loop join) over more partitions.
     // In one process that is a cheap hand-off; here it is a stage boundary,

@@ -5,7 +5,7 @@
 //! (tonic, grpc-go, grpc-java) allow 16 KiB. A 1 GB result is then about
 //! 66,000 system calls and as many TCP segments, and those calls were
 //! over half the coordinator's CPU while it streamed `lineitem`
-//! (docs/benchmarks.md). h2 cannot take a second frame before the first
+//! (docs/history/benchmarks-2026-12.md). h2 cannot take a second frame before the first
 //! is written (hyperium/h2#902), so the merging is done here, under it.
 //!
 //! Writes of a frame's size are copied into a buffer (smaller ones, with
