@@ -12,6 +12,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_exec::single_row::scalar_subquery_value;
 
 use crate::file_group_partitions::PairedInputsHashRouted;
+use crate::filter_pushdown_fence::FencedFilterPushdown;
 use crate::key_range_splits::KeyRangeSplitPlanner;
 use crate::one_partition::NoShuffleAfterOnePartition;
 use crate::pruned_scan_ranges::PrunedScanRanges;
@@ -28,8 +29,10 @@ pub const BROADCAST_BUILD_MAX_ROWS: usize = 1_000_000;
 /// function that check calls, file statistics taken as bounds
 /// (`planner::statistics_bounds`), joins of file-grouped inputs hashed
 /// as their partners are (`planner::file_group_partitions`), inner joins
-/// ordered by statistics (`planner::join_order`), and inputs split by key
-/// range where their files allow (`planner::key_range_splits`).
+/// ordered by statistics (`planner::join_order`), inputs split by key
+/// range where their files allow (`planner::key_range_splits`), and
+/// filters pushed down only where column names are unambiguous
+/// (`planner::filter_pushdown_fence`).
 pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
     let mut rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
         vec![Arc::new(CheckedScalarSubqueries)];
@@ -37,6 +40,14 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
     let mut physical_rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
         vec![Arc::new(FileStatisticsAsBounds)];
     physical_rules.extend(PhysicalOptimizer::new().rules);
+    // DataFusion's filter pushdown remaps by column name: fenced off nodes
+    // whose output repeats one (`filter_pushdown_fence`).
+    if let Some(pushdown) = physical_rules
+        .iter()
+        .position(|rule| rule.name() == "FilterPushdown")
+    {
+        physical_rules[pushdown] = Arc::new(FencedFilterPushdown::default());
+    }
     // After DataFusion's distribution rules, before its final sanity check.
     let sanity_check = physical_rules
         .iter()

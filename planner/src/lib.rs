@@ -10,6 +10,7 @@ pub mod context;
 pub mod cut;
 pub mod encode;
 pub mod file_group_partitions;
+pub mod filter_pushdown_fence;
 pub mod job_graph;
 pub mod join_order;
 pub mod key_range_splits;

@@ -16,6 +16,10 @@ const CASE_FILE: &str = "case.sql";
 pub struct Case {
     pub name: String,
     pub sql: String,
+    /// A metamorphic case's second statement, which must answer the rows
+    /// of the first as a multiset (the union of TLP's parts, NoREC's
+    /// count of the predicate as a column).
+    pub equivalent: Option<String>,
     /// Table name, location, and whether its files are sorted.
     pub tables: Vec<(String, PathBuf, bool)>,
 }
@@ -51,6 +55,10 @@ pub fn save(root: &Path, name: &str, finding: &Finding) -> anyhow::Result<PathBu
     Ok(dir)
 }
 
+/// The line before a metamorphic case's second statement (`-- equals:`,
+/// `-- equals, as a multiset:`).
+const EQUIVALENT: &str = "-- equals";
+
 /// Every case under `root`, by name.
 pub fn load(root: &Path) -> anyhow::Result<Vec<Case>> {
     let mut cases = vec![];
@@ -64,32 +72,36 @@ pub fn load(root: &Path) -> anyhow::Result<Vec<Case>> {
     for dir in dirs.into_iter().filter(|d| d.join(CASE_FILE).exists()) {
         let text = std::fs::read_to_string(dir.join(CASE_FILE))?;
         let mut tables = vec![];
-        let mut sql = vec![];
+        // A metamorphic case keeps its second statement after an
+        // `-- equals…` line; the first is the one replayed against the oracle.
+        let mut statements: Vec<Vec<&str>> = vec![vec![]];
         for line in text.lines() {
             if let Some(table) = line.strip_prefix("-- table: ") {
                 let mut words = table.split_whitespace();
                 let name = words.next().unwrap_or_default().to_string();
                 let sorted = words.next() == Some("sorted");
                 tables.push((name.clone(), dir.join(&name), sorted));
+            } else if line.starts_with(EQUIVALENT) {
+                statements.push(vec![]);
             } else if !line.starts_with("-- ") {
-                sql.push(line);
+                statements
+                    .last_mut()
+                    .expect("one statement at least")
+                    .push(line);
             }
         }
-        // A metamorphic case keeps its second statement after a comment;
-        // the first is the one replayed against the oracle.
-        let first = sql.join("\n");
-        let first = first
-            .split("\n--")
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
+        let mut statements = statements
+            .into_iter()
+            .map(|s| s.join("\n").trim().to_string());
+        let first = statements.next().unwrap_or_default();
+        let equivalent = statements.next().filter(|s| !s.is_empty());
         cases.push(Case {
             name: dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             sql: first,
+            equivalent,
             tables,
         });
     }

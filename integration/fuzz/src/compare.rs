@@ -10,6 +10,8 @@ pub enum Verdict {
     /// One side failed on a value the other never computed: arithmetic
     /// overflow, division by zero or a failed cast depends on which rows
     /// an expression meets, and plans that filter earlier meet fewer.
+    /// Or Squadron failed where single-node DataFusion fails too when it
+    /// plans as the mode does (a DataFusion bug both share).
     /// Counted and shown, not a wrong answer.
     Tolerated(String),
     Differs(String),

@@ -92,6 +92,42 @@ impl Engines {
         Outcome::of(within(ORACLE_DEADLINE, self.oracle.answer(sql)).await)
     }
 
+    /// `sql` on the oracle under the DataFusion settings of mode number
+    /// `index` (its `SET datafusion.…` statements), each put back after:
+    /// whether single-node DataFusion planned the way the mode does fails
+    /// too. `None` when the mode sets nothing of DataFusion's.
+    pub async fn oracle_under_mode(&self, index: usize, sql: &str) -> Option<Outcome> {
+        let settings: Vec<(String, String)> = self.sessions[index]
+            .0
+            .settings()
+            .iter()
+            .filter_map(|s| s.strip_prefix("SET "))
+            .filter_map(|s| s.split_once(" = "))
+            .filter(|(key, _)| key.starts_with("datafusion."))
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        if settings.is_empty() {
+            return None;
+        }
+        let mut restore = vec![];
+        for (key, value) in &settings {
+            let before = self.oracle(&format!("SHOW {key}")).await;
+            let Outcome::Rows(rows) = before else {
+                return None;
+            };
+            let old = rows.first().and_then(|row| row.get(1)).cloned()?;
+            restore.push(format!("SET {key} = {old}"));
+            if let Outcome::Error(_) = self.oracle(&format!("SET {key} = {value}")).await {
+                return None;
+            }
+        }
+        let answer = self.oracle(sql).await;
+        for setting in restore {
+            self.oracle(&setting).await;
+        }
+        Some(answer)
+    }
+
     /// `sql` in the session of mode number `index`.
     pub async fn squadron(&mut self, index: usize, sql: &str) -> Outcome {
         Outcome::of(within(DEADLINE, self.sessions[index].1.answer(sql)).await)

@@ -119,9 +119,12 @@ impl Fuzzer {
         self.stats.statements += 1;
         let expected = self.engines.oracle(&query.sql()).await;
         match &expected {
-            Outcome::Error(_) => {
+            Outcome::Error(why) => {
                 // An invalid query, whatever the modes would say.
                 self.stats.invalid += 1;
+                if self.verbose {
+                    eprintln!("{origin} (invalid: {why}): {}", query.sql());
+                }
                 return Ok(());
             }
             Outcome::Rows(rows) if rows.is_empty() => self.stats.empty += 1,
