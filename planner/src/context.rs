@@ -12,7 +12,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_exec::single_row::scalar_subquery_value;
 
 use crate::file_group_partitions::PairedInputsHashRouted;
-use crate::filter_pushdown_fence::FencedFilterPushdown;
+use crate::filter_pushdown_fence::with_fenced_filter_pushdown;
 use crate::key_range_splits::KeyRangeSplitPlanner;
 use crate::one_partition::NoShuffleAfterOnePartition;
 use crate::pruned_scan_ranges::PrunedScanRanges;
@@ -39,15 +39,9 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
     rules.extend(Optimizer::new().rules);
     let mut physical_rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
         vec![Arc::new(FileStatisticsAsBounds)];
-    physical_rules.extend(PhysicalOptimizer::new().rules);
     // DataFusion's filter pushdown remaps by column name: fenced off nodes
     // whose output repeats one (`filter_pushdown_fence`).
-    if let Some(pushdown) = physical_rules
-        .iter()
-        .position(|rule| rule.name() == "FilterPushdown")
-    {
-        physical_rules[pushdown] = Arc::new(FencedFilterPushdown::default());
-    }
+    physical_rules.extend(with_fenced_filter_pushdown(PhysicalOptimizer::new().rules));
     // After DataFusion's distribution rules, before its final sanity check.
     let sanity_check = physical_rules
         .iter()

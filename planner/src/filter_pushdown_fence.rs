@@ -33,6 +33,22 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
+/// `rules` (a physical optimizer's) with DataFusion's pre-phase
+/// `FilterPushdown` replaced by the fenced one: the coordinator's planning
+/// uses it, and so does the fuzzer's single-node oracle, which would
+/// otherwise answer wrong where Squadron does not.
+pub fn with_fenced_filter_pushdown(
+    mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
+) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    if let Some(pushdown) = rules
+        .iter()
+        .position(|rule| rule.name() == "FilterPushdown")
+    {
+        rules[pushdown] = Arc::new(FencedFilterPushdown::default());
+    }
+    rules
+}
+
 /// DataFusion's `FilterPushdown` (pre-optimization phase), fenced off
 /// nodes whose output repeats a column name.
 #[derive(Debug, Default)]

@@ -12,6 +12,8 @@ use datafusion::arrow::datatypes::Fields;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::collect;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
@@ -48,11 +50,21 @@ pub struct Baseline {
 
 impl Baseline {
     pub fn new(deadline: Duration) -> Self {
+        Self::with_physical_rules(deadline, PhysicalOptimizer::new().rules)
+    }
+
+    /// DataFusion with `rules` as its physical optimizer rules (the
+    /// fuzzer's oracle takes the fix of a DataFusion bug Squadron has).
+    pub fn with_physical_rules(
+        deadline: Duration,
+        rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
+    ) -> Self {
         let config = SessionConfig::new().with_target_partitions(PARTITIONS);
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(Arc::new(RuntimeEnv::default()))
             .with_default_features()
+            .with_physical_optimizer_rules(rules)
             .build();
         Self {
             ctx: SessionContext::new_with_state(state),
