@@ -139,16 +139,7 @@ impl StageReadExec {
             .collect::<Result<Vec<_>>>()?;
         let mut properties = EquivalenceProperties::new(self.schema());
         properties.add_constants(exprs)?;
-        let partitioning = self.properties.output_partitioning().clone();
-        Ok(Self {
-            properties: Arc::new(PlanProperties::new(
-                properties,
-                partitioning,
-                EmissionType::Incremental,
-                Boundedness::Bounded,
-            )),
-            ..self.clone_unbound()
-        })
+        Ok(self.with_equivalences(properties))
     }
 
     /// A copy that knows which of its columns hold equal values in every
@@ -167,16 +158,21 @@ impl StageReadExec {
                 equal.add_equal_conditions(self.column(*first)?, self.column(*other)?)?;
             }
         }
+        Ok(self.with_equivalences(equal))
+    }
+
+    /// A copy with `equivalences` and this read's partitioning.
+    fn with_equivalences(&self, equivalences: EquivalenceProperties) -> Self {
         let partitioning = self.properties.output_partitioning().clone();
-        Ok(Self {
+        Self {
             properties: Arc::new(PlanProperties::new(
-                equal,
+                equivalences,
                 partitioning,
                 EmissionType::Incremental,
                 Boundedness::Bounded,
             )),
             ..self.clone_unbound()
-        })
+        }
     }
 
     /// A copy whose partitions are the hash partitions of `columns` (see
