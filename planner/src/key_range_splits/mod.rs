@@ -53,6 +53,7 @@ use datafusion::physical_expr::PhysicalExprRef;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::union::InterleaveExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use squadron_exec::squadron_options::SquadronOptions;
 
@@ -97,6 +98,12 @@ pub fn split_by_key_ranges(
     footers: &CachedFooters,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     if !SquadronOptions::of(config).key_range_splits {
+        return Ok(plan);
+    }
+    // An interleave pairs its inputs' partitions by hash, which it checks
+    // when rebuilt: over inputs split by range it cannot be (and a union
+    // of inputs cut apart could not prove their cuts equal anyway).
+    if plan.exists(|node| Ok(node.is::<InterleaveExec>()))? {
         return Ok(plan);
     }
     let mut splitter = Splitter {
@@ -336,6 +343,11 @@ impl Splitter<'_> {
     /// (a partitioned join) sees them split by the same cuts, or none split.
     fn partners_agree(&self, plan: &Arc<dyn ExecutionPlan>) -> bool {
         let children = plan.children();
+        if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+            if *join.partition_mode() == PartitionMode::Partitioned && !self.keys_agree(join) {
+                return false;
+            }
+        }
         if pairs_partitions(plan) {
             let schemes: Vec<Option<&Cuts>> =
                 children.iter().map(|child| self.split_by(child)).collect();
@@ -344,6 +356,36 @@ impl Splitter<'_> {
             }
         }
         children.iter().all(|child| self.partners_agree(child))
+    }
+
+    /// Whether a partitioned join whose inputs are split (either) pairs
+    /// them on a key both are split on, by the same cuts. Equal cuts are
+    /// not enough: an input split on a column the join does not key on
+    /// (for another join above) pairs rows of one key range of that
+    /// column with rows of another range of the key.
+    fn keys_agree(&self, join: &HashJoinExec) -> bool {
+        if self.split_by(join.left()).is_none() && self.split_by(join.right()).is_none() {
+            return true;
+        }
+        join.on().iter().any(|(left, right)| {
+            match (
+                self.split_on(join.left(), left),
+                self.split_on(join.right(), right),
+            ) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            }
+        })
+    }
+
+    /// The cuts `plan` is split by on `key` itself: the key's column passes
+    /// unchanged down to a split input, and is the column it was split on.
+    fn split_on(&self, plan: &Arc<dyn ExecutionPlan>, key: &PhysicalExprRef) -> Option<&Cuts> {
+        let traced = trace(plan, key.downcast_ref::<Column>()?.index());
+        self.splits
+            .iter()
+            .find(|s| Arc::ptr_eq(&s.node, &traced.origin) && s.column == traced.column)
+            .map(|s| &s.cuts)
     }
 
     /// The cuts partition *i* of `plan` holds range *i* of, if any.
