@@ -107,3 +107,65 @@ pub fn coordinator_session_config(partitions: usize) -> SessionConfig {
         .schema_force_view_types = false;
     config
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use datafusion::execution::runtime_env::RuntimeEnv;
+    use squadron_exec::rewrites::{of_phase, Phase};
+
+    use super::*;
+
+    /// The rules the planning session adds to DataFusion's (or puts in
+    /// place of one of them) are the ones the list of every rewrite
+    /// (`squadron_exec::rewrites`) names, in its order.
+    #[test]
+    fn the_added_rules_are_the_listed_ones() {
+        let ctx = planning_context(
+            coordinator_session_config(2),
+            Arc::new(RuntimeEnv::default()),
+        );
+        let state = ctx.state();
+        let datafusion_logical: HashSet<String> = Optimizer::new()
+            .rules
+            .iter()
+            .map(|rule| rule.name().to_string())
+            .collect();
+        let added_logical: Vec<&str> = state
+            .optimizers()
+            .iter()
+            .map(|rule| rule.name())
+            .filter(|name| !datafusion_logical.contains(*name))
+            .collect();
+        let listed: Vec<&str> = of_phase(Phase::LogicalRule).map(|r| r.name).collect();
+        assert_eq!(added_logical, listed);
+
+        // The fenced FilterPushdown keeps DataFusion's name (so EXPLAIN
+        // VERBOSE reads alike): it is listed, and found by its place.
+        let datafusion_physical: HashSet<String> = PhysicalOptimizer::new()
+            .rules
+            .iter()
+            .map(|rule| rule.name().to_string())
+            .collect();
+        let names: Vec<&str> = state
+            .physical_optimizers()
+            .iter()
+            .map(|rule| rule.name())
+            .collect();
+        let listed: Vec<&str> = of_phase(Phase::PhysicalRule).map(|r| r.name).collect();
+        let in_list_order: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|name| listed.contains(name) || !datafusion_physical.contains(*name))
+            .collect();
+        // DataFusion runs FilterPushdown twice (pre and post optimization):
+        // the first is the fenced one, the second a task's (not planned here).
+        let mut seen = HashSet::new();
+        let in_list_order: Vec<&str> = in_list_order
+            .into_iter()
+            .filter(|name| seen.insert(*name))
+            .collect();
+        assert_eq!(in_list_order, listed);
+    }
+}

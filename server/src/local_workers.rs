@@ -15,8 +15,8 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::future::BoxFuture;
 use squadron_common::spill_dir::SpillSettings;
-use squadron_exec::object_stores::StoreOptions;
 use squadron_net::tls::ClusterTlsFiles;
+use squadron_storage::object_stores::StoreOptions;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 

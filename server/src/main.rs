@@ -11,12 +11,12 @@ use clap::Parser;
 use squadron_common::logging::LogArgs;
 use squadron_common::shutdown::parse_bytes;
 use squadron_coordinator::cluster::Discovery;
-use squadron_exec::object_stores::StoreOptions;
 use squadron_server::catalog::{tpch, TableSpec};
 use squadron_server::health_check::HealthCheckArgs;
 use squadron_server::security::SecurityArgs;
 use squadron_server::warehouse::janitor::JanitorOptions;
 use squadron_server::{start, JobLimits, ServerOptions, SpillSettings};
+use squadron_storage::object_stores::StoreOptions;
 
 // See the workspace Cargo.toml: large per-query buffers are reused instead
 // of being returned to the OS and faulted back in.

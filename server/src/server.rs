@@ -10,7 +10,6 @@ use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use squadron_exec::object_stores::{ObjectStores, StoreOptions};
 use squadron_exec::plan::guard::DataRoots;
 use squadron_net::client::{PeerClients, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES};
 use squadron_net::tls::client::ClusterClientTls;
@@ -18,6 +17,7 @@ use squadron_net::tls::conn::incoming;
 use squadron_net::tls::server_config::{server_config, ReloadingCert};
 use squadron_net::tls::ClusterTlsFiles;
 use squadron_net::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
+use squadron_storage::object_stores::{ObjectStores, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -304,7 +304,7 @@ async fn follow_workers(
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let mut local_workers = vec![];
     let warehouse_url = warehouse_location(&options)
-        .map(|location| squadron_exec::write::location_url(&location))
+        .map(|location| squadron_storage::format::location_url(&location))
         .transpose()?;
     let discovered = match &options.discovery {
         Some(discovery) => Some(Arc::new(

@@ -9,9 +9,9 @@ use clap::Parser;
 use squadron_common::logging::LogArgs;
 use squadron_common::shutdown::{drain, parse_bytes, termination};
 use squadron_common::spill_dir::SpillSettings;
-use squadron_exec::object_stores::StoreOptions;
 use squadron_exec::plan::guard::DataRoots;
 use squadron_net::tls::ClusterTlsFiles;
+use squadron_storage::object_stores::StoreOptions;
 use squadron_worker::task::Failpoint;
 use squadron_worker::{Worker, WorkerOptions};
 use tokio::net::TcpListener;
@@ -148,7 +148,7 @@ async fn main() -> anyhow::Result<()> {
         data_roots: DataRoots::new(&args.data_roots)?.with_warehouse(
             args.warehouse
                 .as_deref()
-                .map(squadron_exec::write::location_url)
+                .map(squadron_storage::format::location_url)
                 .transpose()?
                 .as_ref()
                 .map(|u| u.as_str()),

@@ -1,6 +1,7 @@
 //! EXPLAIN: DataFusion's rows, then the join orders weighed
 //! (`planner::join_order`), where the statement runs and its
-//! stages (VERBOSE: the plan after each distributed pass too).
+//! stages (VERBOSE: every rewrite with its setting, and the plan after
+//! each distributed pass too).
 
 use std::sync::Arc;
 
@@ -46,6 +47,12 @@ impl Coordinator {
                 .into_iter()
                 .map(|decision| ("join_order".to_string(), decision))
                 .collect();
+        // VERBOSE first lists every rewrite a plan may meet, as this
+        // session's settings leave them (`squadron_exec::rewrites`).
+        if explain.verbose {
+            let listed = squadron_exec::rewrites::describe(&session.squadron_options());
+            rows.insert(0, ("squadron_rewrites".to_string(), listed));
+        }
         match self.runs_here(&inner, session) {
             Some(_) => rows.push((
                 "distributed_plan".to_string(),

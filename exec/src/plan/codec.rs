@@ -25,7 +25,8 @@ use squadron_proto::v1::{
 use super::stage_read::StageReadExec;
 use super::stage_write::{StageOutput, StageWriteExec};
 use super::top_k;
-use crate::write::{RowFlag, SinkWriteExec, StoredFormat, TableWriteExec, WriteTarget};
+use crate::write::{RowFlag, SinkWriteExec, TableWriteExec, WriteTarget};
+use squadron_storage::format::StoredFormat;
 
 /// Encodes and decodes the nodes datafusion-proto leaves to extensions:
 /// `StageReadExec` placeholders, a recursive query's two nodes (which

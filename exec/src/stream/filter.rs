@@ -22,7 +22,7 @@ use prost::Message;
 use squadron_proto::v1::filter_expression::Kind;
 use squadron_proto::v1::{FilterExpression, KeyBloomFilter};
 
-use crate::dynamic_filters::KeyBloomExpr;
+use crate::key_filters::KeyBloomExpr;
 
 /// `filter` as the bytes of a `StreamFilter`'s `filter`.
 pub fn encode_filter(filter: &Arc<dyn PhysicalExpr>) -> Result<Vec<u8>> {
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_join_filter_with_its_bloom_filter_survives_the_wire() {
-        use crate::dynamic_filters::{BuildKeys, Membership};
+        use crate::key_filters::{BuildKeys, Membership};
         use datafusion::arrow::array::ArrayRef;
         // More build keys than an IN list takes: ranges and a Bloom filter.
         let build: ArrayRef = Arc::new(Int64Array::from_iter_values((0..20_000).map(|k| k * 3)));

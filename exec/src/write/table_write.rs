@@ -36,10 +36,10 @@ use datafusion::physical_plan::{
 };
 use futures::{Stream, StreamExt};
 
-use super::part_file::{PartFile, PartTarget};
-use super::table_rows::{as_table_rows, StoredFormat};
-use super::written::{written_batch, written_schema, Written};
 use crate::plan::node_children::{one_input, recomputed};
+use squadron_storage::format::{
+    as_table_rows, written_batch, written_schema, PartFile, PartTarget, StoredFormat, Written,
+};
 
 /// A part file is closed and another started past this size, so no file
 /// grows without bound and readers can split a large table's files.
@@ -323,12 +323,12 @@ impl PartitionWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::write::written::read_written;
     use datafusion::arrow::array::{BooleanArray, Int64Array};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::datasource::memory::MemorySourceConfig;
     use datafusion::prelude::SessionContext;
     use futures::TryStreamExt;
+    use squadron_storage::format::read_written;
 
     fn batch(keys: &[i64], matched: &[bool]) -> RecordBatch {
         RecordBatch::try_from_iter([

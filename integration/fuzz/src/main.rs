@@ -5,6 +5,7 @@
 //! ```text
 //! squadron-fuzz [--seed S] [--queries N] [--modes default,workers,…]
 //!               [--replay integration/fuzz/cases] [--save-cases DIR] [--check]
+//!               [--progress-every N]
 //! ```
 //!
 //! A seed names the datasets and queries on every machine: `--seed 7
@@ -74,6 +75,11 @@ struct Args {
     /// Print every statement as it is checked.
     #[arg(long)]
     verbose: bool,
+    /// Print a progress line (queries, statements, differences, rate)
+    /// every this many generated queries; 0 prints none. A long run that
+    /// is stopped early still says how far it got.
+    #[arg(long, default_value_t = 0)]
+    progress_every: usize,
     /// More settings for every mode's session (`key=value`, repeatable):
     /// a difference that goes away with one names the rewrite at fault.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -117,6 +123,7 @@ async fn main() -> anyhow::Result<()> {
 
     let started = Instant::now();
     let mut rng = Rng::new(args.seed);
+    let mut saved = 0;
     for i in 0..args.queries {
         if i % args.queries_per_dataset.max(1) == 0 {
             let tables = data::generate(&mut rng.fork());
@@ -128,6 +135,28 @@ async fn main() -> anyhow::Result<()> {
             fuzzer.volatile(&mut query_rng, &origin).await?;
         } else {
             fuzzer.query(&mut query_rng, &origin).await?;
+        }
+        // Kept as found, so a run stopped early loses no case.
+        if let Some(root) = &args.save_cases {
+            while saved < fuzzer.findings.len() {
+                let name = format!("seed{}-{}", args.seed, saved + 1);
+                let dir = cases::save(root, &name, &fuzzer.findings[saved])?;
+                eprintln!("kept as {}", dir.display());
+                saved += 1;
+            }
+        }
+        if args.progress_every > 0 && (i + 1) % args.progress_every == 0 {
+            let elapsed = started.elapsed().as_secs_f64();
+            println!(
+                "fuzz progress: seed {} {} queries, {} statements, {} differences, {:.0} s \
+                 ({:.1} queries/s)",
+                args.seed,
+                i + 1,
+                fuzzer.stats.statements,
+                fuzzer.findings.len(),
+                elapsed,
+                (i + 1) as f64 / elapsed.max(1e-9)
+            );
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -144,11 +173,6 @@ async fn main() -> anyhow::Result<()> {
             finding.why,
             finding.sql
         );
-        if let Some(root) = &args.save_cases {
-            let name = format!("seed{}-{}", args.seed, i + 1);
-            let dir = cases::save(root, &name, finding)?;
-            eprintln!("kept as {}", dir.display());
-        }
     }
     let stats = &fuzzer.stats;
     for tolerated in stats.tolerated.iter().take(5) {

@@ -31,7 +31,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use squadron_exec::plan::unshared_copy;
 
-use squadron_exec::managed_table::ManagedTable;
+use squadron_storage::managed_table::ManagedTable;
 
 /// Operators that only pass rows on (no literal may sit in them).
 const PASS_THROUGH: &[&str] = &[

@@ -68,7 +68,7 @@ pub struct Managed {
 
 /// One part file of a created table (the catalog stores them as
 /// `ManagedTable` reads them).
-pub use squadron_exec::managed_table::DataFile;
+pub use squadron_storage::managed_table::DataFile;
 
 impl Managed {
     /// What it declared besides its columns.

@@ -20,7 +20,7 @@ use tpchgen_arrow::{
 };
 
 use super::tables::{TableFormat, TableSpec};
-use squadron_exec::write::parquet_layout::laid_out_for;
+use squadron_storage::format::parquet_layout::laid_out_for;
 
 /// Rows per Parquet row group. Scans are split across tasks by byte range,
 /// and a row group is read by the task whose range holds its start: small

@@ -16,7 +16,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::TableReference;
 use futures::{Stream, TryStreamExt};
 use squadron_common::error::Error;
-use squadron_exec::write::{PartitionWriter, WriteTarget, Written};
+use squadron_exec::write::{PartitionWriter, WriteTarget};
+use squadron_storage::format::Written;
 
 use super::ingested_columns::IngestedColumns;
 use super::names::{already_exists, exists, full_name};

@@ -42,7 +42,8 @@ use crate::warehouse::Warehouse;
 pub use names::full_name;
 use names::{already_exists, exists};
 use squadron_coordinator::session::Session;
-use squadron_exec::write::{check_storable, RowFlag, StoredFormat, WriteTarget, Written};
+use squadron_exec::write::{RowFlag, WriteTarget};
+use squadron_storage::format::{check_storable, StoredFormat, Written};
 use table_writes::{catalog_of as catalog, write_rows, Append, PendingWrite};
 
 /// Runs a DDL or DML statement now (after an admission slot); its

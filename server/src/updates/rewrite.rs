@@ -32,7 +32,7 @@ use crate::catalog::persisted::Entry;
 use crate::engine::Engine;
 use crate::warehouse::changes::Change;
 use squadron_coordinator::session::Session;
-use squadron_exec::managed_table::ManagedTable;
+use squadron_storage::managed_table::ManagedTable;
 
 /// The column the rewrite query adds: whether the row matched.
 const MATCHED: &str = "__squadron_matched";

@@ -20,8 +20,9 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
 use squadron_common::error::{Error, ErrorKind};
-use squadron_exec::write::{read_written, RowFlag, StoredFormat, WriteTarget, Written};
+use squadron_exec::write::{RowFlag, WriteTarget};
 use squadron_net::stream::decode::decoded_batches;
+use squadron_storage::format::{read_written, StoredFormat, Written};
 
 use crate::catalog::persisted::{DataFile, Managed};
 use crate::engine::Engine;

@@ -21,14 +21,15 @@ use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 use squadron_common::error::Error;
-use squadron_exec::write::{StoredFormat, WriteTarget};
+use squadron_exec::write::WriteTarget;
+use squadron_storage::format::StoredFormat;
 
 use super::changes::Change;
 use super::janitor::{Janitor, Released};
 use super::log::{CatalogLog, WriteError};
 use super::Warehouse;
 use crate::catalog::persisted::{constraints_of, register_defined, Entry, Managed};
-use squadron_exec::managed_table::{FileSet, ManagedTable, TableShape};
+use squadron_storage::managed_table::{FileSet, ManagedTable, TableShape};
 
 /// Commits re-applied after losing a race before the statement gives up.
 const COMMIT_ATTEMPTS: usize = 16;

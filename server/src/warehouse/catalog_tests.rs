@@ -14,7 +14,7 @@ use super::janitor::{Janitor, JanitorOptions};
 use super::test_store::TestStore;
 use super::{Warehouse, WarehouseCatalog};
 use crate::catalog::persisted::{encode_schema, DataFile, Entry, Managed};
-use squadron_exec::managed_table::ManagedTable;
+use squadron_storage::managed_table::ManagedTable;
 
 /// A coordinator's context whose `memory://` store is `store`.
 fn context(store: &Arc<TestStore>) -> SessionContext {

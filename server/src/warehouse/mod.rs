@@ -63,7 +63,7 @@ impl Warehouse {
     /// The warehouse at `location` (a path or URL), through the stores of
     /// `runtime` (`--store` options, credentials from the environment).
     pub fn open(location: &str, runtime: &RuntimeEnv) -> anyhow::Result<Arc<Self>> {
-        let url = squadron_exec::write::location_url(location)?;
+        let url = squadron_storage::format::location_url(location)?;
         let listing = ListingTableUrl::parse(url.as_str())?;
         let store = runtime
             .object_store(&listing)
@@ -130,12 +130,12 @@ impl Warehouse {
     /// before the warehouse, or another URL).
     pub fn table_url(&self, location: &str) -> Result<ListingTableUrl, Error> {
         let url = if location.contains("://") || location.starts_with('/') {
-            squadron_exec::write::location_url(location)
+            squadron_storage::format::location_url(location)
         } else {
             self.url
                 .join(location)
                 .map_err(|e| anyhow::anyhow!("{e}"))
-                .and_then(|u| squadron_exec::write::location_url(u.as_str()))
+                .and_then(|u| squadron_storage::format::location_url(u.as_str()))
         }
         .map_err(|e| Error::internal(format!("table location {location}: {e}")))?;
         ListingTableUrl::parse(url.as_str())

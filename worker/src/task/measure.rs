@@ -148,7 +148,7 @@ impl SharedNodes {
 
     /// Whether `node`'s metrics are shared with the stage's other tasks
     /// here. A scan always is: the copy a task's dynamic filter makes of a
-    /// shared scan (`squadron_exec::dynamic_filters`) keeps its source, and
+    /// shared scan (`squadron_task_rewrites::dynamic_filters`) keeps its source, and
     /// the source holds the metrics.
     fn contains(&self, node: &dyn ExecutionPlan) -> bool {
         self.0.contains(&address(node)) || node.is::<DataSourceExec>()

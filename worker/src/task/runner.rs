@@ -6,7 +6,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryConsumer;
@@ -32,10 +31,6 @@ use super::stage_plans::{StageAttempt, StagePlanLease, StagePlans};
 use squadron_common::error::{is_upstream, status_code};
 use squadron_common::version::engine_build;
 use squadron_exec::configured_functions::refresh_configured_functions;
-use squadron_exec::conjunct_order::with_adaptive_conjunctions;
-use squadron_exec::dynamic_filters::with_dynamic_filters;
-use squadron_exec::like_substrings::with_substring_likes;
-use squadron_exec::narrow_decimals::with_narrow_decimals;
 use squadron_exec::plan::guard::{check_plan, DataRoots};
 use squadron_exec::plan::{decode_plan, StageBinding, StageReadExec};
 use squadron_exec::squadron_options::{with_squadron_options, RetryPolicy, SquadronOptions};
@@ -46,6 +41,7 @@ use squadron_exec::stream::{
 use squadron_exec::write::TableWriteExec;
 use squadron_net::client::PeerClients;
 use squadron_net::stream::StreamSecret;
+use squadron_task_rewrites::with_task_rewrites;
 
 /// A task ready to run: its registry entry is reserved and its output
 /// streams are registered.
@@ -224,14 +220,14 @@ impl TaskRunner {
                 (channels, router)
             }
         };
-        // Each task its own dynamic filters: published by its build sides,
-        // held by its scans (`squadron_exec::dynamic_filters`).
-        let plan = with_dynamic_filters(
+        // Each task its own dynamic filters (published by its build sides,
+        // held by its scans) and the other rewrites of its own plan
+        // (`squadron_task_rewrites`).
+        let plan = with_task_rewrites(
             Arc::clone(write.task_plan()),
             task_ctx.session_config().options(),
         )
-        .map_err(|e| Error::internal(format!("cannot wire dynamic filters: {e}")))?;
-        let plan = with_task_local_rewrites(plan, task_ctx.session_config().options())?;
+        .map_err(|e| Error::internal(e.to_string()))?;
         let partitions = plan.output_partitioning().partition_count();
         tracing::debug!(
             job_id = key.job_id,
@@ -580,33 +576,4 @@ fn bind_inputs(
         Ok(Transformed::yes(Arc::new(bound) as Arc<dyn ExecutionPlan>))
     })
     .map(|t| t.data)
-}
-
-/// What a task changes in its plan for speed alone, as its session allows:
-/// decimal arithmetic in 64 bits where the values allow it, `LIKE`s of
-/// several literals as substring searches, and filters' terms in the order
-/// their batches show is cheapest.
-fn with_task_local_rewrites(
-    plan: Arc<dyn ExecutionPlan>,
-    options: &ConfigOptions,
-) -> Result<Arc<dyn ExecutionPlan>, Error> {
-    let squadron = SquadronOptions::of(options);
-    let plan = if squadron.narrow_decimals {
-        with_narrow_decimals(plan)
-            .map_err(|e| Error::internal(format!("cannot narrow decimal arithmetic: {e}")))?
-    } else {
-        plan
-    };
-    let plan = if squadron.like_substrings {
-        with_substring_likes(plan)
-            .map_err(|e| Error::internal(format!("cannot rewrite LIKE patterns: {e}")))?
-    } else {
-        plan
-    };
-    if squadron.adaptive_filters {
-        with_adaptive_conjunctions(plan)
-            .map_err(|e| Error::internal(format!("cannot order filter terms: {e}")))
-    } else {
-        Ok(plan)
-    }
 }

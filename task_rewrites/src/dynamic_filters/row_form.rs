@@ -28,8 +28,7 @@ use datafusion::physical_expr::utils::{conjunction, split_conjunction};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
 
-use super::bloom::KeyBloomExpr;
-use super::keys::{is_integral, MAX_BITMAP_SPAN};
+use squadron_exec::key_filters::{is_integral, KeyBloomExpr, MAX_BITMAP_SPAN};
 
 /// `filter` (a dynamic filter as published now) as rows are best
 /// filtered: its membership tests alone, integer lists as `IntegerSet`s;

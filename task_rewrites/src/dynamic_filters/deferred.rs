@@ -25,7 +25,7 @@ use datafusion::physical_plan::{
 };
 use futures::{Stream, StreamExt};
 
-use crate::plan::node_children::{one_input, recomputed};
+use squadron_exec::plan::node_children::{one_input, recomputed};
 
 /// `input`, executed on the first poll of its stream.
 #[derive(Debug)]

@@ -31,7 +31,7 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{replace_children_if_necessary, ExecutionPlan};
 
 use super::trial::TrialFilter;
-use crate::plan::StageReadExec;
+use squadron_exec::plan::StageReadExec;
 
 /// `plan` with `filter` (over the probe key, here column `key` of `plan`'s
 /// output) applied above the stage reads the key comes from; `None` when

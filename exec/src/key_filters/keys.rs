@@ -38,7 +38,7 @@ pub const MAX_LISTED: usize = 4096;
 
 /// Widest span of keys an `IN` list's row form (`row_form`) keeps as a
 /// bitmap (512 KiB); wider sets are searched.
-pub(super) const MAX_BITMAP_SPAN: u64 = 1 << 22;
+pub const MAX_BITMAP_SPAN: u64 = 1 << 22;
 
 /// How many times its count of keys a long list's span must be, at least,
 /// for the list to be worth its length (`KeyValues::listed`).
@@ -281,7 +281,7 @@ impl BuildKeys {
 }
 
 /// Types whose values convert to i64 exactly, in order.
-pub(super) fn is_integral(data_type: &DataType) -> bool {
+pub fn is_integral(data_type: &DataType) -> bool {
     matches!(
         data_type,
         DataType::Int8

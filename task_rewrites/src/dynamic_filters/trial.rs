@@ -24,7 +24,7 @@ use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::row_form::row_form;
-use crate::stream::filter::{given_up, TRIAL_ROWS};
+use squadron_exec::stream::filter::{given_up, TRIAL_ROWS};
 
 #[derive(Debug)]
 pub struct TrialFilter {

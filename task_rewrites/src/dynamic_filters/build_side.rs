@@ -30,8 +30,8 @@ use datafusion::physical_plan::{
 };
 use futures::{Stream, StreamExt};
 
-use super::keys::{BuildKeys, Membership};
-use crate::plan::node_children::{one_input, recomputed};
+use squadron_exec::key_filters::{BuildKeys, Membership};
+use squadron_exec::plan::node_children::{one_input, recomputed};
 
 /// Publishes `filter` from the build keys `build_keys` seen in its input.
 #[derive(Debug)]

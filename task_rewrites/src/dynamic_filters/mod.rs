@@ -42,10 +42,8 @@
 //! to 65,536 integer keys when they span less than a bitmap holds and are
 //! sparse in it (`Membership::IN_TASK`).
 
-mod bloom;
 mod build_side;
 mod deferred;
-mod keys;
 mod origins;
 mod row_form;
 mod scans_below_joins;
@@ -70,15 +68,14 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-pub use bloom::KeyBloomExpr;
 pub use build_side::{BuildSideFilterExec, FILTERS_PUBLISHED};
 pub use deferred::DeferredExec;
-pub use keys::{BuildKeys, Membership, MAX_LISTED, MAX_RANGES};
 use origins::{has_repeated_column_names, lands_on_its_keys};
 use scans_below_joins::filter_scans_below_joins;
 use stage_reads::filter_stage_reads;
 
-use crate::squadron_options::SquadronOptions;
+use squadron_exec::key_filters::Membership;
+use squadron_exec::squadron_options::SquadronOptions;
 
 /// Whether a TopK (a sort with a limit) reads an input where an operator
 /// outputs two columns of one name.

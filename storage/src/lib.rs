@@ -1,0 +1,16 @@
+//! Where Squadron's tables live, below the plan nodes that read and write
+//! them:
+//!
+//! - `object_stores`: remote stores (S3, GCS, Azure, HTTP), built from the
+//!   URL a plan names and the process's own environment
+//! - `format`: the created tables' part files, their layout and naming,
+//!   and what a write reports for its commit
+//! - `managed_table`: a created table as exactly the part files its last
+//!   commit names
+//!
+//! The plan nodes that write part files (`TableWriteExec`) travel with a
+//! stage's plan, so they live in `squadron_exec::write`.
+
+pub mod format;
+pub mod managed_table;
+pub mod object_stores;
