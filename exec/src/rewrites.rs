@@ -32,6 +32,9 @@ pub enum Phase {
     Cut,
     /// Each task, on its worker, in its own plan.
     TaskLocal,
+    /// Every process, as it makes a plan ready to execute (the
+    /// coordinator's own runs and every task).
+    Execution,
 }
 
 impl Phase {
@@ -44,6 +47,7 @@ impl Phase {
             Self::DistributedPass => "distributed pass",
             Self::Cut => "cut",
             Self::TaskLocal => "task-local",
+            Self::Execution => "execution",
         }
     }
 }
@@ -303,6 +307,16 @@ pub const REWRITES: &[Rewrite] = &[
         switch: Switch::Flag("adaptive_filters"),
         part_of: None,
         assumes: "The terms cannot fail, so their order changes nothing but cost",
+    },
+    Rewrite {
+        name: "grouping_sets_unordered",
+        phase: Phase::Execution,
+        path: "exec/src/plan/grouping_sets.rs",
+        switch: Switch::Always,
+        part_of: None,
+        assumes: "DataFusion 55 takes a grouping column a filter holds constant as constant \
+                  after grouping sets NULL it: a final aggregate over grouping sets must not \
+                  run as sorted",
     },
 ];
 

@@ -30,8 +30,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use squadron_exec::squadron_options::SquadronOptions;
 
 /// A rewrite of one task's plan, under its session's settings.
-pub type PlanRewrite =
-    fn(Arc<dyn ExecutionPlan>, &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>>;
+pub type PlanRewrite = fn(Arc<dyn ExecutionPlan>, &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>>;
 
 /// One task-local rewrite: its name in `squadron_exec::rewrites`, whether
 /// the session has it on, and the rewrite.

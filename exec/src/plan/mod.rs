@@ -3,6 +3,7 @@
 pub mod codec;
 pub mod file_bounds;
 mod float16_literals;
+mod grouping_sets;
 pub mod guard;
 pub mod node_children;
 mod plain_strings;
@@ -15,6 +16,7 @@ pub mod wire;
 mod yielding;
 
 pub use codec::{decode_plan, encode_plan, unshared_copy, SquadronCodec};
+pub use grouping_sets::{grouping_sets_unordered, OrderUnknownExec};
 pub use plain_strings::prepare_parquet_scans;
 pub use stage_read::{StageBinding, StageReadExec, BYTES_RECEIVED};
 pub use stage_write::{StageOutput, StageWriteExec};
@@ -27,10 +29,11 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 
 /// `plan`, planned or decoded, ready to execute in this process: its
-/// Parquet scans read as Squadron reads them, and its joins yield.
+/// Parquet scans read as Squadron reads them, its final aggregates over
+/// grouping sets unordered (`grouping_sets`), and its joins yield.
 pub fn ready_to_execute(
     plan: Arc<dyn ExecutionPlan>,
     ctx: &TaskContext,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    yielding(prepare_parquet_scans(plan, ctx)?)
+    yielding(grouping_sets_unordered(prepare_parquet_scans(plan, ctx)?)?)
 }

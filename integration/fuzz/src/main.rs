@@ -180,8 +180,8 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(
         "fuzz: {} queries ({} volatile) in {} modes ({}), {} statements in {:.1} s ({:.1} queries/s, \
-         {:.1} statements/s); {} invalid (DataFusion refused), {} answered no row, {} metamorphic \
-         checks, {} tolerated errors; {} cases replayed in {:.1} s",
+         {:.1} statements/s); {} invalid (DataFusion refused), {} too large to compare, {} answered \
+         no row, {} metamorphic checks, {} tolerated errors; {} cases replayed in {:.1} s",
         stats.queries + stats.volatile,
         stats.volatile,
         args.modes.len(),
@@ -195,6 +195,7 @@ async fn main() -> anyhow::Result<()> {
         (stats.queries + stats.volatile) as f64 / elapsed.max(1e-9),
         stats.statements as f64 / elapsed.max(1e-9),
         stats.invalid,
+        stats.too_large,
         stats.empty,
         stats.metamorphic,
         stats.tolerated.len(),
@@ -245,6 +246,13 @@ async fn replay(
             }
             if let Verdict::Differs(why) = verdict {
                 eprintln!("case {} differs in mode {}: {why}", case.name, mode.name());
+                if fuzzer.verbose {
+                    let plan = fuzzer
+                        .engines
+                        .squadron(index, &format!("EXPLAIN {}", case.sql))
+                        .await;
+                    eprintln!("{}", engines::rendered(&plan));
+                }
                 failures.push(format!("{} ({})", case.name, mode.name()));
             }
         }
