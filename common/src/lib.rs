@@ -11,7 +11,6 @@
 
 pub mod config;
 pub mod error;
-pub mod footer_cache;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;

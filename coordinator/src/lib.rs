@@ -1,7 +1,7 @@
 //! Squadron's coordinator side below the client protocol: what happens to
 //! a statement once it is SQL in a session.
 //!
-//! - `coordinator`: plans statements (locally or as a job graph), admits,
+//! - `statements`: plans statements (locally or as a job graph), admits,
 //!   supervises and records them; EXPLAIN
 //! - `scheduler/`: admission, task placement, dispatch (RunTask), retries,
 //!   plans run on the coordinator itself
@@ -13,11 +13,11 @@
 //! - `metrics`: what the coordinator records
 
 pub mod cluster;
-pub mod coordinator;
 pub mod metrics;
 pub mod output;
 pub mod queries;
 pub mod scheduler;
 pub mod session;
+pub mod statements;
 
-pub use coordinator::{Coordinator, JobLimits};
+pub use statements::{Coordinator, JobLimits};

@@ -37,18 +37,18 @@ use crate::security::ClientTlsFiles;
 use crate::warehouse::janitor::{Janitor, JanitorOptions};
 use crate::warehouse::sweep;
 use crate::warehouse::{Warehouse, WarehouseCatalog};
-use squadron_common::footer_cache::FOOTER_CACHE_BYTES;
 use squadron_common::spill_dir::SpillSettings;
 use squadron_coordinator::cluster::{
     normalize_url, DiscoveredWorkers, Discovery, StaticResolver, WorkerHealth, WorkerResolver,
 };
-use squadron_coordinator::coordinator::JobLimits;
 use squadron_coordinator::queries::LiveQueries;
 use squadron_coordinator::scheduler::JobRunner;
+use squadron_coordinator::statements::JobLimits;
 use squadron_coordinator::Coordinator;
 use squadron_exec::squadron_options::{with_squadron_options, RetryPolicy, SquadronOptions};
 use squadron_planner::context::coordinator_session_config;
 use squadron_planner::local::DEFAULT_COORDINATOR_SCAN_LIMIT;
+use squadron_storage::FOOTER_CACHE_BYTES;
 
 /// Largest message a client may send (a parameter or ingest batch):
 /// larger ones are RESOURCE_EXHAUSTED. Clients split ingested tables into

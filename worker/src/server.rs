@@ -15,7 +15,6 @@ use tonic_health::ServingStatus;
 use crate::service::{WorkerControl, WorkerFlight};
 use crate::task::runner::TaskResources;
 use crate::task::{Failpoint, StagePlans, TaskRegistry, TaskRunner};
-use squadron_common::footer_cache::FOOTER_CACHE_BYTES;
 use squadron_common::spill_dir::{OwnedDir, SpillSettings};
 use squadron_exec::plan::guard::DataRoots;
 use squadron_exec::stream::{RetainedMemory, StreamManager};
@@ -26,6 +25,7 @@ use squadron_net::tls::server_config::{server_config, ReloadingCert};
 use squadron_net::tls::{ClusterTlsFiles, Role};
 use squadron_net::zero_copy_do_get::{MessageLimits, ZeroCopyDoGet};
 use squadron_storage::object_stores::{ObjectStores, StoreOptions};
+use squadron_storage::FOOTER_CACHE_BYTES;
 
 /// How often a draining worker checks whether its work is done.
 const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);

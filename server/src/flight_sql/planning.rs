@@ -9,8 +9,8 @@ use tonic::Status;
 use super::prepared::Prepared;
 use super::sessions::Caller;
 use datafusion::logical_expr::LogicalPlan;
-use squadron_coordinator::coordinator::{PlannedQuery, Reuse, Work};
 use squadron_coordinator::session::{changes_session, Session};
+use squadron_coordinator::statements::{PlannedQuery, Reuse, Work};
 use squadron_planner::templates::StatementKey;
 
 use super::service::SquadronFlightSql;

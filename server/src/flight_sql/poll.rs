@@ -25,9 +25,9 @@ use tonic::{Request, Status};
 use super::poll_store::Polled;
 use super::service::SquadronFlightSql;
 use super::sessions::Caller;
-use squadron_coordinator::coordinator::is_update;
-use squadron_coordinator::coordinator::{update_schema, PlannedQuery};
 use squadron_coordinator::session::changes_session;
+use squadron_coordinator::statements::is_update;
+use squadron_coordinator::statements::{update_schema, PlannedQuery};
 use squadron_planner::client_types::client_schema;
 
 /// The descriptor command that names a polled query.

@@ -20,7 +20,7 @@ use squadron_common::error::to_status;
 use tonic::Status;
 
 use super::handles::HandleMap;
-use squadron_coordinator::coordinator::parameter_names;
+use squadron_coordinator::statements::parameter_names;
 use squadron_planner::client_types::{client_schema, client_type};
 use squadron_planner::templates::StatementKey;
 

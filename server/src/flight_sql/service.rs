@@ -45,7 +45,7 @@ use super::wire::{
 use crate::engine::Engine;
 use crate::security::auth::Authenticator;
 use crate::updates::ingest::ingest;
-use squadron_coordinator::coordinator::Coordinator;
+use squadron_coordinator::statements::Coordinator;
 use squadron_net::tls::conn::remote_addr;
 
 pub struct SquadronFlightSql {

@@ -14,7 +14,7 @@ use super::prepared::Prepared;
 use super::quotas::QuotaSlot;
 use super::sessions::Caller;
 use super::statements::{Pending, StartedQuery};
-use squadron_coordinator::coordinator::PlannedQuery;
+use squadron_coordinator::statements::PlannedQuery;
 
 use super::service::SquadronFlightSql;
 use super::wire::FlightDataStream;

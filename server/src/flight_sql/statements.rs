@@ -15,8 +15,8 @@ use std::time::Duration;
 use tonic::Status;
 
 use super::handles::HandleMap;
-use squadron_coordinator::coordinator::PlannedQuery;
 use squadron_coordinator::output::JobStream;
+use squadron_coordinator::statements::PlannedQuery;
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use datafusion::arrow::datatypes::Schema;
     use futures::StreamExt;
-    use squadron_coordinator::coordinator::Work;
+    use squadron_coordinator::statements::Work;
     use std::sync::Arc;
 
     fn planned() -> Pending {

@@ -7,9 +7,9 @@ use tracing::Instrument;
 use super::sessions::Caller;
 use crate::updates::{run_update, run_update_now};
 use datafusion::logical_expr::LogicalPlan;
-use squadron_coordinator::coordinator::is_update;
-use squadron_coordinator::coordinator::{PlannedQuery, Work};
 use squadron_coordinator::session::changes_session;
+use squadron_coordinator::statements::is_update;
+use squadron_coordinator::statements::{PlannedQuery, Work};
 
 use super::service::SquadronFlightSql;
 

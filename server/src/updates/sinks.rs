@@ -214,7 +214,7 @@ impl PartitionStream for OneStream {
 /// Runs a planned query on the workers and decodes its rows.
 async fn run_query(
     coord: &Engine,
-    query: squadron_coordinator::coordinator::PlannedQuery,
+    query: squadron_coordinator::statements::PlannedQuery,
 ) -> Result<impl Stream<Item = Result<RecordBatch, Error>>, Error> {
     let job_id = uuid::Uuid::new_v4().to_string();
     let schema = Arc::clone(&query.schema);

@@ -14,7 +14,8 @@
 //! ```
 //!
 //! - `log`: catalog versions, each written once with create-if-absent.
-//! - `catalog`: the coordinator's view of the newest version; commits.
+//! - `warehouse_catalog`: the coordinator's view of the newest version;
+//!   commits.
 //! - `changes`: what a statement changes in the catalog, re-applied to a
 //!   newer version when another commit came first.
 //! - `janitor`: deferred deletion of the files a commit replaced.
@@ -22,9 +23,6 @@
 //!   (the janitor's deletions, picking up other coordinators' commits).
 //! - `legacy`: the `catalog.json` of earlier versions, moved in once.
 
-pub mod catalog;
-#[cfg(test)]
-mod catalog_tests;
 pub mod changes;
 pub mod janitor;
 mod legacy;
@@ -34,6 +32,9 @@ pub mod sweep;
 mod sweep_tests;
 #[cfg(test)]
 mod test_store;
+pub mod warehouse_catalog;
+#[cfg(test)]
+mod warehouse_catalog_tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,7 +46,7 @@ use object_store::ObjectStore;
 use squadron_common::error::Error;
 use url::Url;
 
-pub use catalog::WarehouseCatalog;
+pub use warehouse_catalog::WarehouseCatalog;
 
 /// Where created tables and the catalog live.
 #[derive(Debug)]
