@@ -3,6 +3,7 @@
 pub mod failpoint;
 mod measure;
 mod missing_files;
+mod own_state;
 pub mod registry;
 pub mod runner;
 pub mod stage_plans;

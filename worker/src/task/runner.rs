@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::failpoint::{Failpoint, Fault};
 use super::measure::{task_metrics, with_task_memory, SharedNodes, TaskMemory, TaskShare};
 use super::missing_files::missing_file;
+use super::own_state::own_state_where_run_again;
 use super::registry::{AttemptKey, TaskEntry, TaskRegistry};
 use super::stage_plans::{StageAttempt, StagePlanLease, StagePlans};
 use squadron_common::error::{is_upstream, status_code};
@@ -179,6 +180,10 @@ impl TaskRunner {
                 Ok(plan)
             })?;
         let shared = SharedNodes::of(&plan);
+        let decoded = match plan.downcast_ref::<StageWriteExec>() {
+            Some(write) => Arc::clone(write.task_plan()),
+            None => Arc::clone(&plan),
+        };
         let plan = bind_inputs(
             plan,
             key,
@@ -228,6 +233,10 @@ impl TaskRunner {
             task_ctx.session_config().options(),
         )
         .map_err(|e| Error::internal(e.to_string()))?;
+        // What the copies made above re-run of the shared plan, each task
+        // runs on its own state.
+        let plan = own_state_where_run_again(plan, &decoded)
+            .map_err(|e| Error::internal(e.to_string()))?;
         let partitions = plan.output_partitioning().partition_count();
         tracing::debug!(
             job_id = key.job_id,

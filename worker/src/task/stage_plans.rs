@@ -6,7 +6,9 @@
 //! same time share one decoded instance and execute different partitions of
 //! it, as single-node DataFusion executes the partitions of one plan. The
 //! nodes above a stage read are rebuilt per task when its inputs are bound
-//! (`bind_inputs`), so what depends on a task's own inputs is never shared.
+//! (`bind_inputs`), so what depends on a task's own inputs is never shared;
+//! a shared operator such a copy would execute for other partitions than
+//! the task's own gets a fresh copy too (`own_state`).
 //!
 //! The map holds weak references and drops dead ones whenever it is used: an
 //! entry lives while a task holding it runs, so the map is bounded by the
