@@ -698,4 +698,55 @@ mod tests {
             "the worker's copy of the read says so too"
         );
     }
+    #[tokio::test]
+    async fn a_read_keeps_a_known_constant_that_joins_two_sides_classes() {
+        let mut config = SessionConfig::new().with_target_partitions(2);
+        crate::test_tables::without_collected_joins(&mut config);
+        let ctx = SessionContext::new_with_config(config);
+        let rows: Vec<_> = (0..40).map(|i| (Some(i % 6), i)).collect();
+        for name in ["p", "q"] {
+            ctx.register_table(name, Arc::new(key_value_table(&rows, 2)))
+                .unwrap();
+        }
+        // Fuzzer finding 13 (a TLP union). Both sides' keys are 1, so
+        // DataFusion puts them in one class (through the literal) and
+        // passes the left side's partitioning on through `q.k`: the
+        // branches of the union agree, and it is an interleave. The reads
+        // below each join must say `k = 1` the same way, or the interleave
+        // cannot be rebuilt over them.
+        let branch = |condition: &str| {
+            format!(
+                "SELECT q.k FROM p a0 JOIN p a1 ON true LEFT JOIN q ON q.k = a0.k \
+                 WHERE a0.k IN (1) AND {condition}"
+            )
+        };
+        let sql = ["a1.v < q.v", "NOT (a1.v < q.v)", "(a1.v < q.v) IS NULL"]
+            .map(branch)
+            .join(" UNION ALL ");
+        let plan = physical_plan(&ctx, &sql).await;
+        let interleaves = |plan: &Arc<dyn ExecutionPlan>| {
+            let mut found = 0;
+            plan.apply(|node| {
+                found += usize::from(node.name() == "InterleaveExec");
+                Ok(TreeNodeRecursion::Continue)
+            })
+            .unwrap();
+            found
+        };
+        assert_eq!(
+            interleaves(&plan),
+            1,
+            "{}",
+            displayable(plan.as_ref()).indent(true)
+        );
+        let graph = build_job_graph(plan, &Default::default()).unwrap();
+        let task_ctx = ctx.task_ctx();
+        let mut decoded_interleaves = 0;
+        for stage in &graph.stages {
+            let bytes = encode_plan(Arc::clone(&stage.plan)).unwrap();
+            let copy = squadron_exec::plan::decode_plan(&bytes, &task_ctx).unwrap();
+            decoded_interleaves += interleaves(&copy);
+        }
+        assert_eq!(decoded_interleaves, 1, "{}", graph.display_compact());
+    }
 }

@@ -14,7 +14,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::ScalarValue;
 use datafusion::common::{exec_err, internal_err, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{
     AcrossPartitions, ConstExpr, EquivalenceProperties, Partitioning, PhysicalExpr,
 };
@@ -139,6 +139,17 @@ impl StageReadExec {
             .collect::<Result<Vec<_>>>()?;
         let mut properties = EquivalenceProperties::new(self.schema());
         properties.add_constants(exprs)?;
+        // A known value joins the column's class as a literal, as a filter
+        // `k = 1` below the cut made it: DataFusion merges the classes of
+        // two sides' columns through that literal, and planned the
+        // operators above knowing them equal (a join's partitioning on one
+        // side's key passed on through the other's).
+        for (index, value) in constants {
+            if let Some(value) = value {
+                let literal: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(value.clone()));
+                properties.add_equal_conditions(self.column(*index)?, literal)?;
+            }
+        }
         Ok(self.with_equivalences(properties))
     }
 
