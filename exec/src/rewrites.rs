@@ -181,6 +181,16 @@ pub const REWRITES: &[Rewrite] = &[
         assumes: "Parquet min/max are bounds of the non-NULL, non-NaN values of a row group",
     },
     Rewrite {
+        name: "GroupingSetOutputsUnordered",
+        phase: Phase::PhysicalRule,
+        path: "planner/src/grouping_sets_order.rs",
+        switch: Switch::Always,
+        part_of: None,
+        assumes: "DataFusion 55 takes a grouping column a filter holds constant as constant \
+                  after grouping sets NULL it: nothing above such an aggregate (a sort for \
+                  ORDER BY) may drop it",
+    },
+    Rewrite {
         name: "FilterPushdown",
         phase: Phase::PhysicalRule,
         path: "planner/src/filter_pushdown_fence.rs",

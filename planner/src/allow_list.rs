@@ -36,6 +36,7 @@ const PARTITION_LOCAL: &[&str] = &[
     "LazyMemoryExec",
     "LocalLimitExec",
     "NestedLoopJoinExec",
+    "OrderUnknownExec",
     "PartialSortExec",
     "PartitionedTopKExec",
     "PlaceholderRowExec",

@@ -2,4 +2,4 @@
 
 /// Bumped whenever a message or its meaning changes incompatibly. A worker
 /// refuses a task from a coordinator speaking another version.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;

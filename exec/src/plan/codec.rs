@@ -17,11 +17,12 @@ use prost::Message;
 use squadron_proto::v1::output_distribution::Kind;
 use squadron_proto::v1::squadron_plan_node::Node;
 use squadron_proto::v1::{
-    ConstantColumn, EqualColumns, OutputDistribution, ReadMode, RecursiveQueryNode,
-    RowFlag as WireRowFlag, SinkWriteNode, SquadronPlanNode, StageReadNode, StageWriteNode,
-    TableWriteNode, WorkTableNode,
+    ConstantColumn, EqualColumns, OrderUnknownNode, OutputDistribution, ReadMode,
+    RecursiveQueryNode, RowFlag as WireRowFlag, SinkWriteNode, SquadronPlanNode, StageReadNode,
+    StageWriteNode, TableWriteNode, WorkTableNode,
 };
 
+use super::grouping_sets::OrderUnknownExec;
 use super::stage_read::StageReadExec;
 use super::stage_write::{StageOutput, StageWriteExec};
 use super::top_k;
@@ -109,6 +110,12 @@ impl PhysicalExtensionCodec for SquadronCodec {
                     output,
                 )?))
             }
+            Some(Node::OrderUnknown(OrderUnknownNode {})) => {
+                let [input] = inputs else {
+                    return internal_err!("OrderUnknownExec has one input, got {}", inputs.len());
+                };
+                Ok(Arc::new(OrderUnknownExec::new(Arc::clone(input))))
+            }
             None => internal_err!("empty SquadronPlanNode"),
         }
     }
@@ -138,6 +145,8 @@ impl PhysicalExtensionCodec for SquadronCodec {
             Node::StageWrite(StageWriteNode {
                 output: Some(encode_stage_output(write.output())),
             })
+        } else if node.is::<OrderUnknownExec>() {
+            Node::OrderUnknown(OrderUnknownNode {})
         } else if let Some(write) = node.downcast_ref::<TableWriteExec>() {
             Node::TableWrite(encode_table_write(write.target())?)
         } else if let Some(write) = node.downcast_ref::<SinkWriteExec>() {

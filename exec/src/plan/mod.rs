@@ -16,7 +16,9 @@ pub mod wire;
 mod yielding;
 
 pub use codec::{decode_plan, encode_plan, unshared_copy, SquadronCodec};
-pub use grouping_sets::{grouping_sets_unordered, OrderUnknownExec};
+pub use grouping_sets::{
+    grouping_set_outputs_unordered, grouping_sets_unordered, OrderUnknownExec,
+};
 pub use plain_strings::prepare_parquet_scans;
 pub use stage_read::{StageBinding, StageReadExec, BYTES_RECEIVED};
 pub use stage_write::{StageOutput, StageWriteExec};
