@@ -658,8 +658,9 @@ mod tests {
         assert_eq!(repartitions, 2, "{}", graph.display_compact());
     }
 
-    #[tokio::test]
-    async fn a_read_keeps_the_equal_columns_of_a_join_below_the_cut() {
+    /// Tables `p` and `q` (keys 0..6 over 40 rows, 2 partitions each),
+    /// every join partitioned.
+    fn two_tables_joined_partitioned() -> SessionContext {
         let mut config = SessionConfig::new().with_target_partitions(2);
         crate::test_tables::without_collected_joins(&mut config);
         let ctx = SessionContext::new_with_config(config);
@@ -668,6 +669,12 @@ mod tests {
             ctx.register_table(name, Arc::new(key_value_table(&rows, 2)))
                 .unwrap();
         }
+        ctx
+    }
+
+    #[tokio::test]
+    async fn a_read_keeps_the_equal_columns_of_a_join_below_the_cut() {
+        let ctx = two_tables_joined_partitioned();
         // The aggregate's shuffle on (a, b) is cut above the join that
         // makes them equal.
         let sql = "SELECT a, b, count(*) FROM \
@@ -698,16 +705,10 @@ mod tests {
             "the worker's copy of the read says so too"
         );
     }
+
     #[tokio::test]
     async fn a_read_keeps_a_known_constant_that_joins_two_sides_classes() {
-        let mut config = SessionConfig::new().with_target_partitions(2);
-        crate::test_tables::without_collected_joins(&mut config);
-        let ctx = SessionContext::new_with_config(config);
-        let rows: Vec<_> = (0..40).map(|i| (Some(i % 6), i)).collect();
-        for name in ["p", "q"] {
-            ctx.register_table(name, Arc::new(key_value_table(&rows, 2)))
-                .unwrap();
-        }
+        let ctx = two_tables_joined_partitioned();
         // Fuzzer finding 13 (a TLP union). Both sides' keys are 1, so
         // DataFusion puts them in one class (through the literal) and
         // passes the left side's partitioning on through `q.k`: the
