@@ -65,14 +65,19 @@ pub struct Worker {
 impl Worker {
     /// Starts one in `dir` (relative paths in the files resolve there, as
     /// on the coordinator).
+    /// Its log level is `SQUADRON_TEST_WORKER_LOG` (filter directives,
+    /// e.g. `error,squadron_worker::task::runner=debug` to see each task's
+    /// plan while reducing a case), else `error`.
     pub fn spawn(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
+        let log_level =
+            std::env::var("SQUADRON_TEST_WORKER_LOG").unwrap_or_else(|_| "error".to_string());
         let mut child = Command::new(binary)
             .args([
                 "--listen",
                 "127.0.0.1:0",
                 "--insecure",
                 "--log-level",
-                "error",
+                &log_level,
             ])
             .current_dir(dir)
             .stdout(Stdio::piped())

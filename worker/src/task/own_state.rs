@@ -16,7 +16,9 @@
 //! to run it found its build rows already emitted, by the first, and its
 //! answer lost them (fuzzer finding 14). So below a task's own operators a
 //! shared operator stays shared only where the task executes just its own
-//! partition of it; elsewhere the task gets a fresh copy, state reset.
+//! partition of it; elsewhere the task gets a fresh copy, state reset. The
+//! task's own copies there are reset too: a copy may hold its original's
+//! state (finding 16).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -74,7 +76,16 @@ fn visit(
             }
         })
         .collect::<Result<Vec<_>>>()?;
-    replace_children_if_necessary(node, children)
+    let node = replace_children_if_necessary(node, children)?;
+    match aligned {
+        true => Ok(node),
+        // A copy made through `with_new_children` keeps the original's
+        // state (DataFusion's joins hand their build side's once-cell to
+        // the copy): every task's copy of a null-aware anti join below a
+        // collected build side emitted its unmatched rows from one shared
+        // count of finished partitions, in the first task only (finding 16).
+        false => node.reset_state(),
+    }
 }
 
 /// Whether `node` executes partition `p` of its child `index` only for its

@@ -137,3 +137,34 @@ async fn what_a_task_runs_for_its_own_partition_stays_shared() {
     let untouched = own_state_where_run_again(Arc::clone(&decoded), &decoded).unwrap();
     assert!(Arc::ptr_eq(&untouched, &decoded));
 }
+
+/// A task's copy as a dynamic filter wired below the full join makes it:
+/// the broadcast join rebuilt afresh over a copy of the full join whose
+/// probe side changed, made through `with_new_children`, which keeps the
+/// full join's build state shared with the original's.
+fn copied_through_the_full_join(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let (full, probe) = (plan.children()[0], plan.children()[1]);
+    let (full_build, full_probe) = (full.children()[0], full.children()[1]);
+    let full = Arc::clone(full).with_new_children(vec![
+        Arc::clone(full_build),
+        Arc::clone(full_probe).reset_state()?,
+    ])?;
+    Arc::clone(plan)
+        .reset_state()?
+        .with_new_children(vec![full, Arc::clone(probe)])
+}
+
+#[tokio::test]
+async fn a_tasks_own_copy_below_a_broadcast_build_side_runs_on_its_own_state() {
+    let lost = rows_of_tasks(&stage_plan(), copied_through_the_full_join).await;
+    assert_eq!(
+        lost, 0,
+        "the copies shared the full join's count of finished partitions"
+    );
+
+    let own = rows_of_tasks(&stage_plan(), |plan| {
+        own_state_where_run_again(copied_through_the_full_join(plan)?, plan)
+    })
+    .await;
+    assert_eq!(own, 1, "each task's build side kept the unmatched row");
+}
