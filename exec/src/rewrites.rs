@@ -181,14 +181,14 @@ pub const REWRITES: &[Rewrite] = &[
         assumes: "Parquet min/max are bounds of the non-NULL, non-NaN values of a row group",
     },
     Rewrite {
-        name: "GroupingSetOutputsUnordered",
+        name: "NulledConstantsUnordered",
         phase: Phase::PhysicalRule,
-        path: "planner/src/grouping_sets_order.rs",
+        path: "planner/src/nulled_constants.rs",
         switch: Switch::Always,
         part_of: None,
-        assumes: "DataFusion 55 takes a grouping column a filter holds constant as constant \
-                  after grouping sets NULL it: nothing above such an aggregate (a sort for \
-                  ORDER BY) may drop it",
+        assumes: "DataFusion 55 keeps a column a filter holds constant as constant where \
+                  grouping sets or an outer join's unmatched rows make it NULL: nothing above \
+                  such an operator (a sort for ORDER BY) may drop it",
     },
     Rewrite {
         name: "FilterPushdown",

@@ -13,8 +13,8 @@ use squadron_exec::single_row::scalar_subquery_value;
 
 use crate::file_group_partitions::PairedInputsHashRouted;
 use crate::filter_pushdown_fence::with_fenced_filter_pushdown;
-use crate::grouping_sets_order::GroupingSetOutputsUnordered;
 use crate::key_range_splits::KeyRangeSplitPlanner;
+use crate::nulled_constants::NulledConstantsUnordered;
 use crate::one_partition::NoShuffleAfterOnePartition;
 use crate::pruned_scan_ranges::PrunedScanRanges;
 use crate::scalar_subquery::CheckedScalarSubqueries;
@@ -41,7 +41,7 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
     let mut physical_rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> = vec![
         Arc::new(FileStatisticsAsBounds),
         // Before DataFusion's sort rules take a column for constant.
-        Arc::new(GroupingSetOutputsUnordered),
+        Arc::new(NulledConstantsUnordered),
     ];
     // DataFusion's filter pushdown remaps by column name: fenced off nodes
     // whose output repeats one (`filter_pushdown_fence`).

@@ -52,30 +52,6 @@ pub fn grouping_sets_unordered(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn E
     .map(|t| t.data)
 }
 
-/// `plan` with the output of each aggregate over grouping sets read
-/// through an `OrderUnknownExec`: nothing planned above it (the final
-/// aggregate, a sort for ORDER BY) takes a column the sets make NULL for
-/// the constant a filter held it to. Applied where the coordinator plans
-/// (`planner::grouping_sets_order`), before DataFusion's sort rules: they
-/// would otherwise drop that column from an ORDER BY's sort, so
-/// `ORDER BY k, s` sorted by `s` alone and answered the NULL `k` of
-/// other sets among the rows of `k = 2` (single-node DataFusion 55 too).
-pub fn grouping_set_outputs_unordered(
-    plan: Arc<dyn ExecutionPlan>,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    plan.transform_up(|node| {
-        let over_sets = node
-            .downcast_ref::<AggregateExec>()
-            .is_some_and(|aggregate| aggregate.group_expr().has_grouping_set());
-        if !over_sets {
-            return Ok(Transformed::no(node));
-        }
-        let unordered: Arc<dyn ExecutionPlan> = Arc::new(OrderUnknownExec::new(node));
-        Ok(Transformed::yes(unordered))
-    })
-    .map(|t| t.data)
-}
-
 /// A final aggregate whose groups include a grouping set id, run as
 /// (partly) sorted.
 fn over_grouping_sets_sorted(node: &Arc<dyn ExecutionPlan>) -> bool {

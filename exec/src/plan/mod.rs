@@ -6,6 +6,7 @@ mod float16_literals;
 mod grouping_sets;
 pub mod guard;
 pub mod node_children;
+mod nulled_constants;
 mod plain_strings;
 mod producer_filter;
 mod recursive;
@@ -16,9 +17,8 @@ pub mod wire;
 mod yielding;
 
 pub use codec::{decode_plan, encode_plan, unshared_copy, SquadronCodec};
-pub use grouping_sets::{
-    grouping_set_outputs_unordered, grouping_sets_unordered, OrderUnknownExec,
-};
+pub use grouping_sets::{grouping_sets_unordered, OrderUnknownExec};
+pub use nulled_constants::nulled_constants_unordered;
 pub use plain_strings::prepare_parquet_scans;
 pub use stage_read::{StageBinding, StageReadExec, BYTES_RECEIVED};
 pub use stage_write::{StageOutput, StageWriteExec};

@@ -47,14 +47,11 @@ pub fn compare(expected: &Outcome, got: &Outcome, ordered: bool) -> Verdict {
     match (expected, got) {
         (Outcome::Rows(a), Outcome::Rows(b)) => {
             if let Some(row) = ordered.then(|| null_before_a_value(b)).flatten() {
-                let why =
-                    format!("row {row} puts a NULL before a value of an ORDER BY … NULLS LAST");
-                // DataFusion 55 answers some so itself (a constant it keeps
-                // through an outer join, finding 17): counted and shown.
-                return match null_before_a_value(a) {
-                    Some(_) => Verdict::Tolerated(format!("{why}, as single-node DataFusion does")),
-                    None => Verdict::Differs(why),
-                };
+                // DataFusion 55 answers some so itself (findings 15 and 17),
+                // which Squadron repairs: ours must be in order regardless.
+                return Verdict::Differs(format!(
+                    "row {row} puts a NULL before a value of an ORDER BY … NULLS LAST"
+                ));
             }
             let same = if ordered {
                 a == b
@@ -172,11 +169,9 @@ mod tests {
             Outcome::Rows(mixed.clone()),
         );
         assert!(matches!(compare(&right, &wrong, true), Verdict::Differs(_)));
-        // Both out of order alike: DataFusion's bug, shared.
-        assert!(matches!(
-            compare(&wrong, &wrong, true),
-            Verdict::Tolerated(_)
-        ));
+        // Both out of order alike: DataFusion's bug, which ours must not
+        // share.
+        assert!(matches!(compare(&wrong, &wrong, true), Verdict::Differs(_)));
         // The oracle's own answer out of order, ours in order: not ours.
         let mut reordered = mixed.clone();
         reordered.sort_by_key(|row| row[0] == "NULL");

@@ -142,6 +142,7 @@ async fn what_a_task_runs_for_its_own_partition_stays_shared() {
 /// the broadcast join rebuilt afresh over a copy of the full join whose
 /// probe side changed, made through `with_new_children`, which keeps the
 /// full join's build state shared with the original's.
+#[allow(deprecated)] // the rebuild tree rewrites make, which this copies
 fn copied_through_the_full_join(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let (full, probe) = (plan.children()[0], plan.children()[1]);
     let (full_build, full_probe) = (full.children()[0], full.children()[1]);
