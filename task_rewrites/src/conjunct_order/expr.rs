@@ -43,23 +43,52 @@ const COMPACT_BELOW: f64 = 0.25;
 const FIRST_REORDER: u64 = 4;
 const REORDER_EVERY: u64 = 64;
 
-/// What one term cost and kept, summed over the batches it saw.
-#[derive(Debug, Clone, Copy, Default)]
+/// What one term kept, summed over the batches it saw, and what it cost.
+#[derive(Debug, Clone, Copy)]
 struct Observed {
     rows: u64,
     kept: u64,
-    nanos: u64,
+    /// Its time per row in its fastest batch: a batch's time counts every
+    /// moment the thread was not running (preempted by another task or
+    /// process), which only ever adds, so the least is the term's own
+    /// cost. A sum let one 10 ms stall of the cheap term's first batches
+    /// put the costly term first for the rest of the task.
+    nanos_per_row: f64,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Self {
+            rows: 0,
+            kept: 0,
+            nanos_per_row: f64::INFINITY,
+        }
+    }
 }
 
 impl Observed {
+    /// One batch of `rows` rows, of which the term kept `kept`, in `nanos`.
+    fn batch(rows: usize, kept: usize, nanos: u128) -> Self {
+        Self {
+            rows: rows as u64,
+            kept: kept as u64,
+            nanos_per_row: nanos.max(1) as f64 / rows.max(1) as f64,
+        }
+    }
+
+    fn add(&mut self, batch: &Observed) {
+        self.rows += batch.rows;
+        self.kept += batch.kept;
+        self.nanos_per_row = self.nanos_per_row.min(batch.nanos_per_row);
+    }
+
     /// Ascending is cheapest first: time per row over the share dropped.
     fn rank(&self) -> f64 {
         if self.rows == 0 {
             return f64::INFINITY;
         }
-        let cost = self.nanos.max(1) as f64 / self.rows as f64;
         let dropped = 1.0 - self.kept as f64 / self.rows as f64;
-        cost / dropped.max(1e-3)
+        self.nanos_per_row / dropped.max(1e-3)
     }
 }
 
@@ -107,10 +136,7 @@ impl AdaptiveConjunction {
     fn record(&self, seen: &[(usize, Observed)]) {
         let mut state = self.state();
         for (term, o) in seen {
-            let total = &mut state.observed[*term];
-            total.rows += o.rows;
-            total.kept += o.kept;
-            total.nanos += o.nanos;
+            state.observed[*term].add(o);
         }
         state.batches += 1;
         let due = state.batches == FIRST_REORDER
@@ -158,11 +184,11 @@ impl AdaptiveConjunction {
             };
             let start = Instant::now();
             let result = kept(self.terms[term].evaluate(input)?, input.num_rows())?;
-            let o = Observed {
-                rows: input.num_rows() as u64,
-                kept: result.count_set_bits() as u64,
-                nanos: start.elapsed().as_nanos() as u64,
-            };
+            let o = Observed::batch(
+                input.num_rows(),
+                result.count_set_bits(),
+                start.elapsed().as_nanos(),
+            );
             seen.push((term, o));
             alive = Some(match alive {
                 None => Alive::Mask(result),
@@ -278,5 +304,28 @@ impl PhysicalExpr for AdaptiveConjunction {
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::physical_expr::expressions::lit;
+
+    use super::*;
+
+    #[test]
+    fn a_stall_while_timing_one_batch_does_not_reorder_the_terms() {
+        // Term 0 costly and unselective (keeps 5/7), term 1 cheap and
+        // selective (keeps 1/12), written costly first.
+        let conjunction = AdaptiveConjunction::new(vec![lit(true), lit(true)]);
+        for batch in 0..FIRST_REORDER {
+            // The thread preempted for 10 ms while term 1 ran, once.
+            let cheap_nanos = if batch == 1 { 10_000_000 } else { 1_000 };
+            conjunction.record(&[
+                (0, Observed::batch(1024, 731, 20_000)),
+                (1, Observed::batch(1024, 85, cheap_nanos)),
+            ]);
+        }
+        assert_eq!(&*conjunction.state().order, &[1, 0]);
     }
 }
