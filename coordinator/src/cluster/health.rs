@@ -4,8 +4,9 @@
 //! when a stream from it cannot be read, or when a health probe (the
 //! standard gRPC health service) fails; it is used again as soon as a probe
 //! passes, so a worker restarted on the same address rejoins without a
-//! coordinator restart. Probes run in the background every `interval`, and
-//! on demand after a job failed, to tell a lost worker from a bad query.
+//! coordinator restart. Probes run in the background every `interval`, on
+//! demand after a job failed, to tell a lost worker from a bad query, and
+//! before a job is placed when no worker is known healthy.
 //!
 //! A worker that answers NOT_SERVING is alive but draining (shutting down
 //! gracefully): it gets no new tasks, but the jobs running on it are left
@@ -141,6 +142,19 @@ impl WorkerHealth {
         urls.into_iter()
             .filter(|u| !self.lost.contains_key(u) && !self.draining.contains_key(u))
             .collect()
+    }
+
+    /// The workers of `urls` that may take new tasks, each probed first
+    /// when none is known to: a worker taken out by missed probes (a busy
+    /// machine) or by a broken stream may be back before the next
+    /// background round, and a query should not fail for a probe not run.
+    pub async fn healthy_or_probed(&self, urls: Vec<String>) -> Vec<String> {
+        let healthy = self.healthy(urls.clone());
+        if !healthy.is_empty() || urls.is_empty() {
+            return healthy;
+        }
+        self.probe(&urls).await;
+        self.healthy(urls)
     }
 
     pub fn is_lost(&self, url: &str) -> bool {
@@ -314,5 +328,33 @@ mod tests {
             .unwrap();
         assert_eq!(lost, "http://b:2");
         assert_eq!(health.healthy(workers), vec!["http://a:1".to_string()]);
+    }
+
+    /// A worker answering SERVING at a local address, until dropped.
+    async fn serving_worker() -> (String, AbortOnDropHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (_reporter, service) = tonic_health::server::health_reporter();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(incoming);
+        let handle = AbortOnDropHandle::new(tokio::spawn(async move {
+            let _ = server.await;
+        }));
+        (url, handle)
+    }
+
+    #[tokio::test]
+    async fn a_worker_marked_lost_that_answers_is_placed_again_at_once() {
+        let (back, _server) = serving_worker().await;
+        // Nothing listens there.
+        let gone = "http://127.0.0.1:9".to_string();
+        let health = WorkerHealth::new(PeerClients::default());
+        health.mark_lost(&back);
+        health.mark_lost(&gone);
+        let workers = vec![back.clone(), gone];
+        assert!(health.healthy(workers.clone()).is_empty());
+        assert_eq!(health.healthy_or_probed(workers).await, vec![back]);
     }
 }

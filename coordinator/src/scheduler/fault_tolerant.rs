@@ -112,7 +112,7 @@ impl<'a> FaultTolerantRun<'a> {
             placement: None,
             tasks_rerun: 0,
         };
-        let placement = match runner.place(graph) {
+        let placement = match runner.place(graph).await {
             Ok(placement) => placement,
             Err(status) => {
                 let _ = tx.send(Err(status)).await;

@@ -106,7 +106,7 @@ impl JobRunner {
         loop {
             let attempt = report.attempts;
             report.attempts += 1;
-            let placement = match self.place(graph) {
+            let placement = match self.place(graph).await {
                 Ok(placement) => placement,
                 Err(status) => {
                     let _ = tx.send(Err(status)).await;
@@ -180,10 +180,10 @@ impl JobRunner {
     }
 
     /// Places `graph` round robin on the healthy workers, starting with
-    /// the next one in turn; UNAVAILABLE when none is.
-    pub(super) fn place(&self, graph: &JobGraph) -> Result<Placement, Status> {
+    /// the next one in turn; UNAVAILABLE when none is, even probed now.
+    pub(super) async fn place(&self, graph: &JobGraph) -> Result<Placement, Status> {
         let known = self.resolver.get_urls();
-        let workers = self.health.healthy(known.clone());
+        let workers = self.health.healthy_or_probed(known.clone()).await;
         if workers.is_empty() {
             return Err(Status::unavailable(format!(
                 "no worker is reachable ({} known: {})",
