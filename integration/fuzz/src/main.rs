@@ -36,6 +36,7 @@ use compare::{compare, Verdict};
 use engines::Engines;
 use fuzzer::Fuzzer;
 use modes::Mode;
+use oracles::unless_datafusion_fails_too;
 use rng::Rng;
 
 #[global_allocator]
@@ -237,12 +238,23 @@ async fn replay(
         let ordered = case.sql.contains(" ORDER BY ");
         for (index, mode) in fuzzer.modes.clone().into_iter().enumerate() {
             let got = fuzzer.engines.squadron(index, &case.sql).await;
-            let mut verdict = compare(&expected, &got, ordered);
+            let verdict = compare(&expected, &got, ordered);
+            let mut verdict =
+                unless_datafusion_fails_too(&mut fuzzer.engines, index, &case.sql, verdict, &got)
+                    .await;
             // A metamorphic case: its second statement answers the first's
             // rows, on Squadron (DataFusion may share the bug it found).
             if let (Verdict::Same, Some(equivalent)) = (&verdict, &case.equivalent) {
                 let again = fuzzer.engines.squadron(index, equivalent).await;
-                verdict = compare(&got, &again, false);
+                let repeated = compare(&got, &again, false);
+                verdict = unless_datafusion_fails_too(
+                    &mut fuzzer.engines,
+                    index,
+                    equivalent,
+                    repeated,
+                    &again,
+                )
+                .await;
             }
             if let Verdict::Differs(why) = verdict {
                 eprintln!("case {} differs in mode {}: {why}", case.name, mode.name());
