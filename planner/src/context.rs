@@ -13,6 +13,7 @@ use squadron_exec::single_row::scalar_subquery_value;
 
 use crate::file_group_partitions::PairedInputsHashRouted;
 use crate::filter_pushdown_fence::with_fenced_filter_pushdown;
+use crate::float_top_k::NoTopKAggregationOverFloats;
 use crate::key_range_splits::KeyRangeSplitPlanner;
 use crate::nulled_constants::NulledConstantsUnordered;
 use crate::one_partition::NoShuffleAfterOnePartition;
@@ -46,6 +47,13 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
     // DataFusion's filter pushdown remaps by column name: fenced off nodes
     // whose output repeats one (`filter_pushdown_fence`).
     physical_rules.extend(with_fenced_filter_pushdown(PhysicalOptimizer::new().rules));
+    // Right after DataFusion's top-k of groups, which panics on NaN.
+    if let Some(top_k) = physical_rules
+        .iter()
+        .position(|rule| rule.name() == "LimitAggregation")
+    {
+        physical_rules.insert(top_k + 1, Arc::new(NoTopKAggregationOverFloats));
+    }
     // After DataFusion's distribution rules, before its final sanity check.
     let sanity_check = physical_rules
         .iter()

@@ -11,6 +11,7 @@ pub mod cut;
 pub mod encode;
 pub mod file_group_partitions;
 pub mod filter_pushdown_fence;
+pub mod float_top_k;
 pub mod job_graph;
 pub mod join_order;
 pub mod key_range_splits;

@@ -128,6 +128,17 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..args.queries {
         if i % args.queries_per_dataset.max(1) == 0 {
             let tables = data::generate(&mut rng.fork());
+            if fuzzer.verbose {
+                let sizes: Vec<String> = tables
+                    .iter()
+                    .map(|t| format!("{} {} rows", t.name, t.rows()))
+                    .collect();
+                eprintln!(
+                    "--seed {} query {i}: tables {}",
+                    args.seed,
+                    sizes.join(", ")
+                );
+            }
             fuzzer.install(tables).await?;
         }
         let origin = format!("--seed {} query {i}", args.seed);

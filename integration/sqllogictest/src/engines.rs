@@ -18,6 +18,7 @@ use datafusion::physical_plan::collect;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use sqllogictest::AsyncDB;
+use squadron_exec::plan::yielding;
 use tonic::transport::Channel;
 
 use crate::format::{output, SltOutput, SltType};
@@ -77,6 +78,12 @@ impl Baseline {
         let task_ctx = Arc::new(df.task_ctx());
         let plan = df.create_physical_plan().await.map_err(datafusion_error)?;
         let fields = plan.schema().fields().clone();
+        // Joins yield between the batches they emit, as in Squadron: a
+        // statement past its deadline is dropped, and a cross join of
+        // small inputs feeding an aggregate otherwise never yields, so
+        // it kept computing and starved the fuzzer's next statements
+        // (seed 52001 stalled at query ~2000 for half an hour).
+        let plan = yielding(plan).map_err(datafusion_error)?;
         let batches = collect(plan, task_ctx).await.map_err(datafusion_error)?;
         Ok((fields, batches))
     }
