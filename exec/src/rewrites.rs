@@ -191,6 +191,15 @@ pub const REWRITES: &[Rewrite] = &[
                   such an operator (a sort for ORDER BY) may drop it",
     },
     Rewrite {
+        name: "FilterPushdown",
+        phase: Phase::PhysicalRule,
+        path: "planner/src/filter_pushdown_fence.rs",
+        switch: Switch::Always,
+        part_of: None,
+        assumes: "DataFusion's pushdown, fenced off nodes whose output repeats a column name: \
+                  DataFusion 55 remaps a filter by name and would move it onto the wrong column",
+    },
+    Rewrite {
         name: "NoTopKAggregationOverFloats",
         phase: Phase::PhysicalRule,
         path: "planner/src/float_top_k.rs",
@@ -199,15 +208,6 @@ pub const REWRITES: &[Rewrite] = &[
         assumes: "DataFusion 55's top-k of groups finds an evicted group again by equality, \
                   which a NaN group fails (a panic): over float keys or values the aggregate \
                   keeps every group and the sort above takes the limit",
-    },
-    Rewrite {
-        name: "FilterPushdown",
-        phase: Phase::PhysicalRule,
-        path: "planner/src/filter_pushdown_fence.rs",
-        switch: Switch::Always,
-        part_of: None,
-        assumes: "DataFusion's pushdown, fenced off nodes whose output repeats a column name: \
-                  DataFusion 55 remaps a filter by name and would move it onto the wrong column",
     },
     Rewrite {
         name: "NoShuffleAfterOnePartition",
