@@ -200,6 +200,16 @@ pub const REWRITES: &[Rewrite] = &[
                   DataFusion 55 remaps a filter by name and would move it onto the wrong column",
     },
     Rewrite {
+        name: "ProjectionPushdown",
+        phase: Phase::PhysicalRule,
+        path: "planner/src/projection_pushdown_fence.rs",
+        switch: Switch::Always,
+        part_of: None,
+        assumes: "DataFusion's projection pushdown, fenced above filters that carry a \
+                  projection: DataFusion 55 matches such a filter's predicate against the \
+                  projection above in the wrong index space and can read other columns",
+    },
+    Rewrite {
         name: "NoTopKAggregationOverFloats",
         phase: Phase::PhysicalRule,
         path: "planner/src/float_top_k.rs",

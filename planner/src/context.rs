@@ -9,6 +9,7 @@ use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use squadron_exec::session_names::session_name_functions;
 use squadron_exec::single_row::scalar_subquery_value;
 
 use crate::file_group_partitions::PairedInputsHashRouted;
@@ -17,6 +18,7 @@ use crate::float_top_k::NoTopKAggregationOverFloats;
 use crate::key_range_splits::KeyRangeSplitPlanner;
 use crate::nulled_constants::NulledConstantsUnordered;
 use crate::one_partition::NoShuffleAfterOnePartition;
+use crate::projection_pushdown_fence::with_fenced_projection_pushdown;
 use crate::pruned_scan_ranges::PrunedScanRanges;
 use crate::scalar_subquery::CheckedScalarSubqueries;
 use crate::statistics_bounds::FileStatisticsAsBounds;
@@ -46,7 +48,9 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
     ];
     // DataFusion's filter pushdown remaps by column name: fenced off nodes
     // whose output repeats one (`filter_pushdown_fence`).
-    physical_rules.extend(with_fenced_filter_pushdown(PhysicalOptimizer::new().rules));
+    physical_rules.extend(with_fenced_projection_pushdown(
+        with_fenced_filter_pushdown(PhysicalOptimizer::new().rules),
+    ));
     // Right after DataFusion's top-k of groups, which panics on NaN.
     if let Some(top_k) = physical_rules
         .iter()
@@ -74,6 +78,9 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_udf(scalar_subquery_value().as_ref().clone());
+    for udf in session_name_functions() {
+        ctx.register_udf(udf.as_ref().clone());
+    }
     ctx
 }
 

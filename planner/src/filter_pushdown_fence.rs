@@ -19,19 +19,15 @@
 //! what this stops is only the physical re-placement across such nodes.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::Result;
-use datafusion::execution::TaskContext;
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
-};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::fence::fenced;
 
 /// `rules` (a physical optimizer's) with DataFusion's pre-phase
 /// `FilterPushdown` replaced by the fenced one: the coordinator's planning
@@ -62,25 +58,9 @@ impl PhysicalOptimizerRule for FencedFilterPushdown {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if !plan.exists(|node| Ok(repeats_a_name(node)))? {
-            return self.inner.optimize(plan, config);
-        }
-        let fenced = plan
-            .transform_up(|node| {
-                if repeats_a_name(&node) {
-                    Ok(Transformed::yes(Arc::new(Fence { input: node }) as _))
-                } else {
-                    Ok(Transformed::no(node))
-                }
-            })?
-            .data;
-        let pushed = self.inner.optimize(fenced, config)?;
-        pushed
-            .transform_up(|node| match node.downcast_ref::<Fence>() {
-                Some(fence) => Ok(Transformed::yes(Arc::clone(&fence.input))),
-                None => Ok(Transformed::no(node)),
-            })
-            .map(|t| t.data)
+        fenced(plan, repeats_a_name, |plan| {
+            self.inner.optimize(plan, config)
+        })
     }
 
     /// DataFusion's name, so `EXPLAIN VERBOSE` reads as it does there.
@@ -98,59 +78,6 @@ fn repeats_a_name(node: &Arc<dyn ExecutionPlan>) -> bool {
     let schema = node.schema();
     let mut seen = HashSet::new();
     !schema.fields().iter().all(|f| seen.insert(f.name()))
-}
-
-/// Accepts no filter from above; exists only while the rule runs.
-#[derive(Debug)]
-struct Fence {
-    input: Arc<dyn ExecutionPlan>,
-}
-
-impl DisplayAs for Fence {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "FilterPushdownFence")
-    }
-}
-
-impl ExecutionPlan for Fence {
-    fn name(&self) -> &str {
-        "FilterPushdownFence"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = squadron_exec::plan::node_children::one_input(children, "Fence")?;
-        Ok(Arc::new(Fence { input }))
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        self.input.execute(partition, context)
-    }
 }
 
 #[cfg(test)]
