@@ -25,6 +25,7 @@ pub mod execution_runtime;
 pub mod key_filters;
 pub mod plan;
 pub mod rewrites;
+pub mod session_names;
 pub mod single_row;
 pub mod squadron_options;
 pub mod stream;

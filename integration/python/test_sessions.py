@@ -175,6 +175,9 @@ def test_catalog_and_schema_switch_per_connection(cluster):
         with mine.cursor() as cur:
             cur.execute("SELECT count(*) FROM df_settings WHERE name = 'datafusion.execution.batch_size'")
             assert cur.fetchall() == [(1,)]
+            # What SQL editors ask on connect follows the session's defaults.
+            cur.execute("SELECT current_catalog, current_database(), current_schema()")
+            assert cur.fetchall() == [("datafusion", "datafusion", "information_schema")]
         with other.cursor() as cur:
             with pytest.raises(flightsql.Error) as err:
                 cur.execute("SELECT count(*) FROM df_settings")
@@ -190,6 +193,9 @@ def test_catalog_and_schema_switch_per_connection(cluster):
         with mine.cursor() as cur:
             cur.execute("SELECT count(*) FROM nation")
             assert cur.fetchall() == [(25,)]
+            # Over a table read on the workers too.
+            cur.execute("SELECT current_schema(), count(*) FROM nation")
+            assert cur.fetchall() == [("public", 25)]
 
 
 def test_incremental_execution_polls_then_reads(cluster, oracle):

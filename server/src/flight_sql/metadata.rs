@@ -51,7 +51,7 @@ pub fn db_schemas(ctx: &SessionContext, query: CommandGetDbSchemas) -> Result<Re
 }
 
 /// Every (catalog, schema) pair, sorted.
-fn schema_names(ctx: &SessionContext) -> Vec<(String, String)> {
+pub(super) fn schema_names(ctx: &SessionContext) -> Vec<(String, String)> {
     let mut all = vec![];
     for catalog_name in ctx.catalog_names() {
         if let Some(catalog) = ctx.catalog(&catalog_name) {
@@ -102,19 +102,6 @@ pub fn table_types(query: CommandGetTableTypes) -> Result<RecordBatch, Status> {
         builder.append(t);
     }
     builder.build().map_err(arrow_error)
-}
-
-/// The schema of `CommandGetPrimaryKeys` results. Squadron tables declare
-/// no keys, so the result is always empty, in the schema the spec gives.
-pub fn primary_keys_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("catalog_name", DataType::Utf8, true),
-        Field::new("db_schema_name", DataType::Utf8, true),
-        Field::new("table_name", DataType::Utf8, false),
-        Field::new("column_name", DataType::Utf8, false),
-        Field::new("key_name", DataType::Utf8, true),
-        Field::new("key_sequence", DataType::Int32, false),
-    ]))
 }
 
 /// The schema of imported/exported keys and cross references (always

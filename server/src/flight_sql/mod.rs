@@ -9,6 +9,7 @@ pub mod metadata;
 pub mod poll;
 pub mod poll_store;
 pub mod prepared;
+pub mod primary_keys;
 pub mod quotas;
 pub mod rebind;
 pub mod service;

@@ -34,6 +34,7 @@ use super::action_types::extra_action_types;
 pub use super::client_state::ClientState;
 use super::metadata;
 use super::prepared::Prepared;
+use super::primary_keys;
 use super::session_options::{
     self, SetSessionOptionsRequest, CLOSE_SESSION, GET_SESSION_OPTIONS, SET_SESSION_OPTIONS,
 };
@@ -419,19 +420,18 @@ impl FlightSqlService for SquadronFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         command_info(
             query,
-            &metadata::primary_keys_schema(),
+            &primary_keys::primary_keys_schema(),
             request.into_inner(),
         )
     }
 
     async fn do_get_primary_keys(
         &self,
-        _query: CommandGetPrimaryKeys,
+        query: CommandGetPrimaryKeys,
         _request: Request<Ticket>,
     ) -> Result<Response<FlightDataStream>, Status> {
-        Ok(batch_stream(RecordBatch::new_empty(
-            metadata::primary_keys_schema(),
-        )))
+        let batch = primary_keys::primary_keys(self.coordinator.session(), query).await?;
+        Ok(batch_stream(batch))
     }
 
     async fn get_flight_info_exported_keys(

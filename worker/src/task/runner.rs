@@ -132,6 +132,9 @@ impl TaskRunner {
                 .as_ref()
                 .clone(),
         );
+        for udf in squadron_exec::session_names::session_name_functions() {
+            ctx.register_udf(udf.as_ref().clone());
+        }
         Self {
             ctx,
             streams,
