@@ -55,8 +55,11 @@ pub async fn primary_keys(
                 Constraint::Unique(_) => None,
             })
         });
-        for (sequence, index) in key.unwrap_or_default().into_iter().enumerate() {
-            let column = columns.field(index).name().clone();
+        // A key naming a column the table lacks is left out, not a panic.
+        let key_columns = key.unwrap_or_default().into_iter();
+        let names = key_columns.filter_map(|index| columns.fields().get(index).map(|f| f.name()));
+        for (sequence, name) in names.enumerate() {
+            let column = name.clone();
             let sequence = i32::try_from(sequence + 1).unwrap_or(i32::MAX);
             rows.push((catalog.clone(), schema.clone(), column, sequence));
         }
