@@ -90,6 +90,21 @@ pub fn compare(expected: &Outcome, got: &Outcome, ordered: bool) -> Verdict {
     }
 }
 
+/// Whether every row of `part` is a row of `whole`, as multisets.
+pub fn contained(part: &[Vec<String>], whole: &[Vec<String>]) -> bool {
+    let mut left: std::collections::HashMap<&Vec<String>, usize> = Default::default();
+    for row in whole {
+        *left.entry(row).or_default() += 1;
+    }
+    part.iter().all(|row| match left.get_mut(row) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    })
+}
+
 fn sorted(rows: &[Vec<String>]) -> Vec<Vec<String>> {
     let mut rows = rows.to_vec();
     rows.sort();
@@ -164,6 +179,7 @@ mod tests {
         assert_eq!(null_before_a_value(&sorted_right), None);
         let mixed = table(&[["2", "a"], ["NULL", "a"], ["2", "b"]]);
         assert_eq!(null_before_a_value(&mixed), Some(1));
+
         let (right, wrong) = (
             Outcome::Rows(sorted_right.clone()),
             Outcome::Rows(mixed.clone()),
@@ -184,5 +200,15 @@ mod tests {
             compare(&rows(&["1"]), &overflow, false),
             Verdict::Tolerated(_)
         ));
+    }
+
+    #[test]
+    fn containment_counts_repeated_rows() {
+        let row = |v: &str| vec![v.to_string()];
+        let whole = vec![row("1"), row("1"), row("2")];
+        assert!(contained(&[row("1"), row("1")], &whole));
+        assert!(contained(&[row("2"), row("1")], &whole));
+        assert!(!contained(&[row("1"), row("1"), row("1")], &whole));
+        assert!(!contained(&[row("3")], &whole));
     }
 }

@@ -36,7 +36,7 @@ use compare::{compare, Verdict};
 use engines::Engines;
 use fuzzer::Fuzzer;
 use modes::Mode;
-use oracles::unless_datafusion_fails_too;
+use oracles::{unless_datafusion_fails_too, unless_datafusion_misorders_a_limit};
 use rng::Rng;
 
 #[global_allocator]
@@ -250,6 +250,14 @@ async fn replay(
         for (index, mode) in fuzzer.modes.clone().into_iter().enumerate() {
             let got = fuzzer.engines.squadron(index, &case.sql).await;
             let verdict = compare(&expected, &got, ordered);
+            let verdict = unless_datafusion_misorders_a_limit(
+                &mut fuzzer.engines,
+                &case.sql,
+                &expected,
+                &got,
+                verdict,
+            )
+            .await;
             let mut verdict =
                 unless_datafusion_fails_too(&mut fuzzer.engines, index, &case.sql, verdict, &got)
                     .await;
