@@ -5,7 +5,7 @@
 //! ```text
 //! squadron-fuzz [--seed S] [--queries N] [--modes default,workers,…]
 //!               [--replay integration/fuzz/cases] [--save-cases DIR] [--check]
-//!               [--progress-every N]
+//!               [--progress-every N] [--from-query N]
 //! ```
 //!
 //! A seed names the datasets and queries on every machine: `--seed 7
@@ -52,6 +52,11 @@ struct Args {
     /// replayed cases.
     #[arg(long, default_value_t = 100)]
     queries: usize,
+    /// Resume a run at this generated query: the datasets and queries
+    /// before it are generated as before (a seed names the same ones) but
+    /// not run, so a long run stopped at a progress line goes on from it.
+    #[arg(long, default_value_t = 0)]
+    from_query: usize,
     /// Queries per generated dataset, before new tables are generated.
     #[arg(long, default_value_t = 40)]
     queries_per_dataset: usize,
@@ -125,9 +130,16 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mut rng = Rng::new(args.seed);
     let mut saved = 0;
+    let mut dataset = None;
     for i in 0..args.queries {
         if i % args.queries_per_dataset.max(1) == 0 {
-            let tables = data::generate(&mut rng.fork());
+            dataset = Some(data::generate(&mut rng.fork()));
+        }
+        let mut query_rng = rng.fork();
+        if i < args.from_query {
+            continue;
+        }
+        if let Some(tables) = dataset.take() {
             if fuzzer.verbose {
                 let sizes: Vec<String> = tables
                     .iter()
@@ -142,7 +154,6 @@ async fn main() -> anyhow::Result<()> {
             fuzzer.install(tables).await?;
         }
         let origin = format!("--seed {} query {i}", args.seed);
-        let mut query_rng = rng.fork();
         if args.volatile_every > 0 && i % args.volatile_every == args.volatile_every - 1 {
             fuzzer.volatile(&mut query_rng, &origin).await?;
         } else {
@@ -167,7 +178,7 @@ async fn main() -> anyhow::Result<()> {
                 fuzzer.stats.statements,
                 fuzzer.findings.len(),
                 elapsed,
-                (i + 1) as f64 / elapsed.max(1e-9)
+                (i + 1 - args.from_query) as f64 / elapsed.max(1e-9)
             );
         }
     }
