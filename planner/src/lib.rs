@@ -6,6 +6,7 @@ pub mod build_side;
 pub mod cached_footers;
 pub mod children;
 pub mod client_types;
+pub mod column_origins;
 pub mod context;
 pub mod cut;
 pub mod encode;

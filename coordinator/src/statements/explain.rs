@@ -86,6 +86,7 @@ impl Coordinator {
             work: Work::Immediate(all),
             settings,
             statement: None,
+            origins: vec![],
         })
     }
 }

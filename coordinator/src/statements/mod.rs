@@ -31,6 +31,7 @@ use crate::scheduler::{Admission, JobRunner, TaskRun};
 use crate::session::Session;
 
 pub use planned::{is_update, parameter_names, update_schema, LocalRun, PlannedQuery, Reuse, Work};
+pub use planning::origins_in;
 use running::RunningJobs;
 pub use running::{JobRecord, Progress};
 

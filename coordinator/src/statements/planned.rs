@@ -1,6 +1,7 @@
 //! A planned statement and what it runs as: on the workers, here, at once
 //! (EXPLAIN), or as an update.
 
+use squadron_planner::column_origins::ColumnOrigin;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
@@ -34,6 +35,10 @@ pub struct PlannedQuery {
     pub settings: Vec<(String, String)>,
     /// The SQL it was planned from, when known (`system.queries`).
     pub statement: Option<Arc<str>>,
+    /// The table each result column is read from, where known (empty for
+    /// statements that are not queries); clients see it as Flight SQL
+    /// column metadata.
+    pub origins: Vec<Option<ColumnOrigin>>,
 }
 
 impl PlannedQuery {

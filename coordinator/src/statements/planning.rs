@@ -4,6 +4,7 @@
 
 use crate::scheduler::policy::RETRY_POLICY;
 use squadron_exec::squadron_options::RetryPolicy;
+use squadron_planner::column_origins::{column_origins, ColumnOrigin};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -119,7 +120,8 @@ impl Coordinator {
             Ok(Instance::Stale) | Err(_) => return Ok(Reuse::Stale),
         };
         let plan = prune_scan_ranges(&state, plan).map_err(Error::from)?;
-        let planned = self.planned(session, plan, session.changed_settings())?;
+        let mut planned = self.planned(session, plan, session.changed_settings())?;
+        planned.origins = template.origins().to_vec();
         metrics::histogram!(crate::metrics::PLANNING_SECONDS)
             .record(started.elapsed().as_secs_f64());
         metrics::counter!(crate::metrics::PLANS_REUSED).increment(1);
@@ -148,7 +150,9 @@ impl Coordinator {
                     .await
                     .and_then(for_clients)
                 {
-                    Ok(plan) => Template::capture(&state, plan, table, key.values).await,
+                    Ok(plan) => Template::capture(&state, plan, table, key.values)
+                        .await
+                        .map(|t| t.map(|t| t.with_origins(origins_in(session, logical)))),
                     Err(e) => Err(e),
                 };
                 match captured {
@@ -314,6 +318,7 @@ impl Coordinator {
                     },
                     settings,
                     statement: None,
+                    origins: vec![],
                 })
             }
             plan if is_update(plan) => Ok(PlannedQuery {
@@ -321,6 +326,7 @@ impl Coordinator {
                 work: Work::Update(logical, Arc::clone(session)),
                 settings,
                 statement: None,
+                origins: vec![],
             }),
             LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)) => {
                 Err(Error::internal(
@@ -341,7 +347,9 @@ impl Coordinator {
                     })
                     .map_err(Error::from)?;
                 tracing::trace!("physical plan ready");
-                self.planned(session, plan, settings)
+                let mut planned = self.planned(session, plan, settings)?;
+                planned.origins = origins_in(session, &logical);
+                Ok(planned)
             }
         }
     }
@@ -371,8 +379,15 @@ impl Coordinator {
             work: Work::Distributed(Arc::new(graph)),
             settings,
             statement: None,
+            origins: vec![],
         })
     }
+}
+
+/// The table each output column of `logical` is read from, names
+/// completed with `session`'s defaults.
+pub fn origins_in(session: &Session, logical: &LogicalPlan) -> Vec<Option<ColumnOrigin>> {
+    column_origins(logical, session.ctx().state().config_options())
 }
 
 /// `plan` to run here as `run`, as a worker would run it (see
@@ -395,6 +410,7 @@ fn local(
         },
         settings,
         statement: None,
+        origins: vec![],
     })
 }
 

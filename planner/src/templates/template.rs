@@ -31,6 +31,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use squadron_exec::plan::unshared_copy;
 
+use crate::column_origins::ColumnOrigin;
+
 use squadron_storage::managed_table::ManagedTable;
 
 /// Operators that only pass rows on (no literal may sit in them).
@@ -59,6 +61,8 @@ pub struct Template {
     provider: Arc<dyn TableProvider>,
     files: Vec<FileStamp>,
     values: Vec<ScalarValue>,
+    /// The table each result column is read from (see `column_origins`).
+    origins: Vec<Option<ColumnOrigin>>,
 }
 
 impl Template {
@@ -121,7 +125,18 @@ impl Template {
             provider,
             files,
             values,
+            origins: vec![],
         }))
+    }
+
+    /// The template, knowing the table each result column is read from.
+    pub fn with_origins(self, origins: Vec<Option<ColumnOrigin>>) -> Self {
+        Self { origins, ..self }
+    }
+
+    /// The table each result column is read from.
+    pub fn origins(&self) -> &[Option<ColumnOrigin>] {
+        &self.origins
     }
 
     /// The plan for `values` (same kinds, in the same order as the

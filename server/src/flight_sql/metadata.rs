@@ -16,6 +16,9 @@ use datafusion::prelude::SessionContext;
 use tonic::Status;
 
 use squadron_planner::client_types::client_schema;
+use squadron_planner::column_origins::ColumnOrigin;
+
+use super::column_metadata::described_table;
 
 /// The table types Squadron's catalog holds, as Flight SQL names them.
 pub const TABLE_TYPES: [&str; 3] = ["TABLE", "VIEW", "LOCAL TEMPORARY"];
@@ -81,7 +84,12 @@ pub async fn tables(ctx: &SessionContext, query: CommandGetTables) -> Result<Rec
                 .await
                 .map_err(|e| Status::internal(format!("table {name}: {e}")))?;
             let Some(table) = table else { continue };
-            let columns = client_schema(&table.schema());
+            let origin = ColumnOrigin {
+                catalog: catalog_name.clone(),
+                schema: schema_name.clone(),
+                table: name.clone(),
+            };
+            let columns = described_table(&client_schema(&table.schema()), &origin);
             builder
                 .append(
                     &catalog_name,

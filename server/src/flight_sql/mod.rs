@@ -2,6 +2,7 @@
 
 pub mod action_types;
 mod client_state;
+mod column_metadata;
 pub mod command_check;
 pub mod front;
 pub mod handles;

@@ -11,6 +11,7 @@
 //!
 //! GetSchema answers the result schema of a command without running it.
 
+use super::column_metadata::described;
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::sql::{Any, Command, ProstMessageExt, TicketStatementQuery};
 use arrow_flight::{
@@ -20,6 +21,7 @@ use arrow_flight::{
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use prost::Message;
+use squadron_coordinator::statements::origins_in;
 use tonic::{Request, Status};
 
 use super::poll_store::Polled;
@@ -75,7 +77,7 @@ impl SquadronFlightSql {
             statement_handle: handle.into_bytes().into(),
         };
         let info = FlightInfo::new()
-            .try_with_schema(planned.schema.as_ref())
+            .try_with_schema(&described(&planned.schema, &planned.origins))
             .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
             .with_endpoint(
                 FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
@@ -144,7 +146,8 @@ impl SquadronFlightSql {
                 } else if is_update(&plan) {
                     update_schema(&plan).as_ref().clone()
                 } else {
-                    client_schema(plan.schema().as_arrow())
+                    let origins = origins_in(&session, &plan);
+                    described(&client_schema(plan.schema().as_arrow()), &origins)
                 }
             }
             Command::CommandPreparedStatementQuery(query) => {

@@ -19,9 +19,11 @@ use datafusion::logical_expr::LogicalPlanBuilder;
 use squadron_common::error::to_status;
 use tonic::Status;
 
+use super::column_metadata::described;
 use super::handles::HandleMap;
 use squadron_coordinator::statements::parameter_names;
 use squadron_planner::client_types::{client_schema, client_type};
+use squadron_planner::column_origins::ColumnOrigin;
 use squadron_planner::templates::StatementKey;
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
@@ -69,12 +71,19 @@ impl Prepared {
         };
         Ok(Self {
             plan,
-            parameters: Arc::new(Schema::new(fields)),
-            dataset,
+            parameters: Arc::new(described(&Schema::new(fields), &[])),
+            dataset: Arc::new(described(&dataset, &[])),
             bound: None,
             key: None,
             sql: None,
         })
+    }
+
+    /// The statement, its result columns described as read from
+    /// `origins` (see `column_metadata`).
+    pub fn with_origins(mut self, origins: &[Option<ColumnOrigin>]) -> Self {
+        self.dataset = Arc::new(described(&self.dataset, origins));
+        self
     }
 
     /// The statement as prepared from `sql`.

@@ -142,8 +142,12 @@ impl FlightSqlService for SquadronFlightSql {
         let plan = self.coordinator.logical_plan(&session, &query.query).await;
         let plan = self.counted(&caller, Some(&query.query), plan.map_err(Status::from))?;
         let key = self.coordinator.statement_key(&session, &query.query);
+        let origins = squadron_coordinator::statements::origins_in(&session, &plan);
         let prepared = self.counted(&caller, Some(&query.query), Prepared::new(plan))?;
-        let prepared = prepared.with_key(key).with_sql(&query.query);
+        let prepared = prepared
+            .with_key(key)
+            .with_sql(&query.query)
+            .with_origins(&origins);
         let dataset_schema = schema_bytes(&prepared.dataset)?;
         let parameter_schema = schema_bytes(&prepared.parameters)?;
         let id = self.state.prepared.insert(prepared, &caller.quota_key())?;

@@ -31,6 +31,7 @@ impl SquadronFlightSql {
                 work: Work::Immediate(vec![]),
                 settings: vec![],
                 statement: None,
+                origins: vec![],
             });
         }
         let session = self.state.sessions.current(caller);

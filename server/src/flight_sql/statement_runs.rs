@@ -2,6 +2,7 @@
 //! (started early when there is room), run against the caller's quota,
 //! cancelled, and prepared ones bound to the tables as they are now.
 
+use super::column_metadata::described;
 use arrow_flight::sql::{Any, ProstMessageExt, TicketStatementQuery};
 use arrow_flight::CancelStatus;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
@@ -29,7 +30,7 @@ impl SquadronFlightSql {
         planned: PlannedQuery,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = planned.schema.clone();
+        let schema = described(&planned.schema, &planned.origins);
         let user = caller.quota_key();
         // Before starting anything: a query started for a statement the
         // store then refuses would be dispatched only to be stopped.
@@ -46,7 +47,7 @@ impl SquadronFlightSql {
         let endpoint =
             FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
         let info = FlightInfo::new()
-            .try_with_schema(schema.as_ref())
+            .try_with_schema(&schema)
             .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
             .with_endpoint(endpoint)
             .with_descriptor(descriptor)

@@ -127,6 +127,7 @@ mod tests {
             work: Work::Immediate(vec![]),
             settings: vec![],
             statement: None,
+            origins: vec![],
         }))
     }
 

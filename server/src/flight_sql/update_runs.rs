@@ -54,6 +54,7 @@ impl SquadronFlightSql {
             work: Work::Immediate(answer),
             settings: planned.settings,
             statement: planned.statement,
+            origins: vec![],
         })
     }
 
