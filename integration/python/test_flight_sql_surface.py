@@ -2,6 +2,8 @@
 prepared statements with bound parameters, catalog queries. Answers are
 checked against single-node DataFusion over the same files (`oracle`)."""
 
+import datetime
+
 import adbc_driver_flightsql.dbapi as flightsql
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -78,6 +80,27 @@ def test_bound_parameters_match_literals(conn, oracle):
             "WHERE o_orderpriority = '1-URGENT' AND o_totalprice > 100000.0"
         ).to_arrow_table()
         assert_same(actual, expected, ordered=False)
+
+
+def test_timestamp_parameters_keep_microseconds_and_result_columns_are_described(conn):
+    # Timestamps are declared in milliseconds (what the JDBC driver writes);
+    # a value bound in microseconds is still compared exactly.
+    at = datetime.datetime(2024, 5, 1, 12, 0, 0, 123456)
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT ? = TIMESTAMP '2024-05-01 12:00:00.123456' AS same, "
+            "? = TIMESTAMP '2024-05-01 12:00:00.123' AS truncated",
+            parameters=(at, at),
+        )
+        assert cur.fetchall() == [(True, False)]
+        cur.execute("SELECT l_extendedprice, l_extendedprice * 2 AS twice FROM lineitem LIMIT 1")
+        schema = cur.fetch_arrow_table().schema
+    price, twice = (schema.field(i).metadata for i in range(2))
+    assert price[b"ARROW:FLIGHT:SQL:TYPE_NAME"] == b"DECIMAL"
+    assert (price[b"ARROW:FLIGHT:SQL:PRECISION"], price[b"ARROW:FLIGHT:SQL:SCALE"]) == (b"15", b"2")
+    assert price[b"ARROW:FLIGHT:SQL:TABLE_NAME"] == b"lineitem"
+    assert b"ARROW:FLIGHT:SQL:TABLE_NAME" not in twice
+    assert twice[b"ARROW:FLIGHT:SQL:SCALE"] == b"2"
 
 
 def test_every_bound_row_runs_once(conn, oracle):

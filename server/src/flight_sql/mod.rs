@@ -7,6 +7,7 @@ pub mod command_check;
 pub mod front;
 pub mod handles;
 pub mod metadata;
+mod parameter_types;
 pub mod poll;
 pub mod poll_store;
 pub mod prepared;

@@ -21,6 +21,7 @@ use tonic::Status;
 
 use super::column_metadata::described;
 use super::handles::HandleMap;
+use super::parameter_types::{cast_placeholder_types, declared_type};
 use squadron_coordinator::statements::parameter_names;
 use squadron_planner::client_types::{client_schema, client_type};
 use squadron_planner::column_origins::ColumnOrigin;
@@ -36,6 +37,9 @@ pub struct Prepared {
     pub plan: LogicalPlan,
     /// One field per placeholder, in order: `$1`, `$2`, ….
     pub parameters: SchemaRef,
+    /// The type the plan wants for each placeholder (Null where it fixes
+    /// none): bound values are cast to it, or else to the declared type.
+    wanted: Vec<DataType>,
     /// The result schema a client is promised (empty for statements that
     /// return no rows).
     pub dataset: SchemaRef,
@@ -51,17 +55,23 @@ pub struct Prepared {
 impl Prepared {
     pub fn new(plan: LogicalPlan) -> Result<Self, Status> {
         let types = plan.get_parameter_types().map_err(|e| to_status(&e))?;
+        let casts = cast_placeholder_types(&plan).map_err(|e| to_status(&e))?;
+        let mut wanted = vec![];
         let fields: Vec<Field> = parameter_names(&plan)?
             .into_iter()
             .map(|name| {
+                let plan_type = types.get(&name).cloned().flatten();
                 // A placeholder whose type the statement does not fix
-                // (`SELECT $1`) takes whatever the client binds.
-                let data_type = types
-                    .get(&name)
-                    .cloned()
-                    .flatten()
-                    .map_or(DataType::Null, |t| client_type(&t));
-                Field::new(name, data_type, true)
+                // takes the type of the CAST around it, or else whatever
+                // the client binds (`SELECT $1`).
+                let declared = match &plan_type {
+                    Some(t) => declared_type(&client_type(t)),
+                    None => casts
+                        .get(&name)
+                        .map_or(DataType::Null, |t| declared_type(&client_type(t))),
+                };
+                wanted.push(plan_type.unwrap_or(DataType::Null));
+                Field::new(name, declared, true)
             })
             .collect();
         let dataset = if returns_rows(&plan) {
@@ -72,6 +82,7 @@ impl Prepared {
         Ok(Self {
             plan,
             parameters: Arc::new(described(&Schema::new(fields), &[])),
+            wanted,
             dataset: Arc::new(described(&dataset, &[])),
             bound: None,
             key: None,
@@ -142,8 +153,8 @@ impl Prepared {
                 let values = batch
                     .columns()
                     .iter()
-                    .zip(wanted.iter())
-                    .map(|(column, field)| bound_value(column, row, field))
+                    .zip(wanted.iter().zip(&self.wanted))
+                    .map(|(column, (field, plan_type))| bound_value(column, row, field, plan_type))
                     .collect::<Result<Vec<_>, Status>>()?;
                 self.plan
                     .clone()
@@ -154,8 +165,10 @@ impl Prepared {
     }
 }
 
-/// Row `row` of a bound column, as the type its placeholder has (clients
-/// bind `int` for a `BIGINT` column, a string for a date). A union column
+/// Row `row` of a bound column, as the type the plan wants for its
+/// placeholder, or else the type declared to clients (clients bind `int`
+/// for a `BIGINT` column, a string for a date, milliseconds where the
+/// plan holds nanoseconds). A union column
 /// (flightsql-dbapi binds every parameter as a dense union of the types
 /// it may hold) gives each row's value in its active child: Arrow's cast
 /// of the union itself answers NULL for a decimal or date target.
@@ -163,24 +176,28 @@ fn bound_value(
     column: &datafusion::arrow::array::ArrayRef,
     row: usize,
     field: &Field,
+    plan_type: &DataType,
 ) -> Result<ScalarValue, Status> {
     let value = match ScalarValue::try_from_array(column, row).map_err(|e| to_status(&e))? {
         ScalarValue::Union(Some((_, value)), _, _) => *value,
         ScalarValue::Union(None, _, _) => ScalarValue::Null,
         value => value,
     };
-    if field.data_type() == &DataType::Null || value.data_type() == *field.data_type() {
+    let target = match plan_type {
+        DataType::Null => field.data_type(),
+        wanted => wanted,
+    };
+    if target == &DataType::Null || value.data_type() == *target {
         return Ok(value);
     }
     let cannot = |why: &dyn std::fmt::Display| {
         Status::invalid_argument(format!(
-            "parameter {}: cannot use the {} value {value} as {}: {why}",
+            "parameter {}: cannot use the {} value {value} as {target}: {why}",
             field.name(),
             value.data_type(),
-            field.data_type()
         ))
     };
-    let cast = value.cast_to(field.data_type()).map_err(|e| cannot(&e))?;
+    let cast = value.cast_to(target).map_err(|e| cannot(&e))?;
     // A value that became NULL on the way would silently match nothing.
     if cast.is_null() && !value.is_null() {
         return Err(cannot(&"the conversion gives NULL"));
@@ -284,8 +301,10 @@ fn unknown_handle() -> Status {
 mod tests {
     use super::*;
     use datafusion::arrow::array::{
-        ArrayRef, Float64Array, Int32Array, Int64Array, StringArray, UnionArray,
+        ArrayRef, Float64Array, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray,
+        TimestampMillisecondArray, UnionArray,
     };
+    use datafusion::arrow::datatypes::TimeUnit;
     use datafusion::arrow::datatypes::UnionFields;
     use datafusion::prelude::SessionContext;
 
@@ -311,6 +330,62 @@ mod tests {
         assert_eq!(p.parameters.field(0).data_type(), &DataType::Utf8);
         assert_eq!(p.parameters.field(1).data_type(), &DataType::Int64);
         assert_eq!(p.dataset.field(0).name(), "b");
+    }
+
+    /// `count(*)` of `prepared` bound to `batch`, over `ctx`'s tables.
+    async fn count_bound(ctx: &SessionContext, prepared: &Prepared, batch: RecordBatch) -> i64 {
+        let mut prepared = prepared.clone();
+        prepared.bound = Some(batch);
+        let batches = ctx
+            .execute_logical_plan(prepared.bound_plan().unwrap())
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let counts = batches[0].column(0).as_any().downcast_ref::<Int64Array>();
+        counts.unwrap().value(0)
+    }
+
+    #[tokio::test]
+    async fn timestamps_are_declared_in_milliseconds_and_casts_type_their_placeholder() {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE e (at TIMESTAMP) AS VALUES (TIMESTAMP '2024-05-01 12:00:00.123')")
+            .await
+            .unwrap();
+        let sql = "SELECT count(*) FROM e WHERE at = $1 AND CAST($2 AS INT) = 7";
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        let p = Prepared::new(plan).unwrap();
+        let declared: Vec<_> = p
+            .parameters
+            .fields()
+            .iter()
+            .map(|f| f.data_type())
+            .collect();
+        assert_eq!(
+            declared,
+            [
+                &DataType::Timestamp(TimeUnit::Millisecond, None),
+                &DataType::Int32
+            ]
+        );
+        let millis = 1_714_564_800_123;
+        let seven = Arc::new(Int32Array::from(vec![7])) as ArrayRef;
+        // As the JDBC driver binds: milliseconds in the declared vector.
+        let jdbc = RecordBatch::try_from_iter([
+            (
+                "0",
+                Arc::new(TimestampMillisecondArray::from(vec![millis])) as _,
+            ),
+            ("1", Arc::clone(&seven)),
+        ])
+        .unwrap();
+        assert_eq!(count_bound(&ctx, &p, jdbc).await, 1);
+        // As ADBC binds a Python datetime: microseconds, kept exact.
+        let micros = TimestampMicrosecondArray::from(vec![millis * 1000 + 1]);
+        let adbc =
+            RecordBatch::try_from_iter([("0", Arc::new(micros) as _), ("1", seven)]).unwrap();
+        assert_eq!(count_bound(&ctx, &p, adbc).await, 0);
     }
 
     #[tokio::test]
@@ -383,15 +458,15 @@ mod tests {
         let union = dense_union(vec![0.03], vec!["2024-02-29", "not a date"]);
         let decimal = Field::new("$1", DataType::Decimal128(15, 2), true);
         assert_eq!(
-            bound_value(&union, 0, &decimal).unwrap(),
+            bound_value(&union, 0, &decimal, &DataType::Null).unwrap(),
             ScalarValue::Decimal128(Some(3), 15, 2)
         );
         let date = Field::new("$1", DataType::Date32, true);
         assert_eq!(
-            bound_value(&union, 1, &date).unwrap(),
+            bound_value(&union, 1, &date, &DataType::Null).unwrap(),
             ScalarValue::Date32(Some(19782))
         );
-        let refused = bound_value(&union, 2, &date).unwrap_err();
+        let refused = bound_value(&union, 2, &date, &DataType::Null).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::InvalidArgument);
         assert!(
             refused.message().contains("$1") && refused.message().contains("not a date"),

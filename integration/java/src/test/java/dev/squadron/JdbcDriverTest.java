@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.math.BigDecimal;
 import java.sql.Connection;
 import java.sql.DatabaseMetaData;
 import java.sql.Date;
@@ -13,6 +14,8 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.sql.Time;
+import java.sql.Timestamp;
 import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.AfterAll;
@@ -118,6 +121,54 @@ class JdbcDriverTest {
                 assertEquals(literal, single(rs));
             }
         }
+    }
+
+    /** The single value of `sql` bound by `bind`. */
+    private interface Binder {
+        void bind(PreparedStatement ps) throws SQLException;
+    }
+
+    private static String boundValue(String sql, Binder bind) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(sql)) {
+            bind.bind(ps);
+            try (ResultSet rs = ps.executeQuery()) {
+                assertTrue(rs.next(), sql);
+                return rs.getString(1);
+            }
+        }
+    }
+
+    private static String literalValue(String sql) throws SQLException {
+        try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(sql)) {
+            assertTrue(rs.next(), sql);
+            return rs.getString(1);
+        }
+    }
+
+    @Test
+    void preparedStatementsBindTimestampsTimesDecimalsAndCastPlaceholders() throws SQLException {
+        // Timestamps and times: declared in milliseconds, as the driver
+        // writes them (a nanosecond declaration bound 1970 dates).
+        String counted = "SELECT count(*) FROM orders WHERE CAST(o_orderdate AS TIMESTAMP) < ";
+        String before1995 = literalValue(counted + "TIMESTAMP '1995-01-01 00:00:00'");
+        assertTrue(Long.parseLong(before1995) > 0);
+        assertEquals(before1995, boundValue(counted + "?",
+                ps -> ps.setTimestamp(1, Timestamp.valueOf("1995-01-01 00:00:00"))));
+        assertEquals("true", boundValue(
+                "SELECT ? = TIMESTAMP '2024-05-01 12:00:00.123'",
+                ps -> ps.setTimestamp(1, Timestamp.valueOf("2024-05-01 12:00:00.123"))));
+        assertEquals("true", boundValue("SELECT ? = TIME '12:34:56'",
+                ps -> ps.setTime(1, Time.valueOf("12:34:56"))));
+        // Decimals at the column's scale.
+        String discount = "SELECT count(*) FROM lineitem WHERE l_discount < ";
+        assertEquals(literalValue(discount + "0.03"), boundValue(discount + "?",
+                ps -> ps.setBigDecimal(1, new BigDecimal("0.03"))));
+        // A placeholder typed by the CAST around it (declared Null before:
+        // "Can't set non-null value on NullVector").
+        assertEquals("8", boundValue("SELECT CAST(? AS INT) + 1", ps -> ps.setInt(1, 7)));
+        assertEquals("GERMANY", boundValue(
+                "SELECT n_name FROM nation WHERE n_name = CAST(? AS VARCHAR)",
+                ps -> ps.setString(1, "GERMANY")));
     }
 
     @Test
