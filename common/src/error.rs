@@ -183,6 +183,12 @@ pub fn kind_of(e: &DataFusionError) -> ErrorKind {
         // An unknown table format or option: the statement's fault.
         DataFusionError::Configuration(_) => ErrorKind::InvalidArgument,
         DataFusionError::ResourcesExhausted(_) => ErrorKind::ResourceExhausted,
+        // DataFusion's own catalogs refuse a second CREATE VIEW (or table,
+        // schema) of a name with a plain execution error; its text is all
+        // that tells it from a failure.
+        DataFusionError::Execution(message) if message.ends_with("already exists") => {
+            ErrorKind::AlreadyExists
+        }
         DataFusionError::ArrowError(arrow, _) => match arrow.as_ref() {
             ArrowError::DivideByZero
             | ArrowError::ArithmeticOverflow(_)
@@ -304,6 +310,14 @@ mod tests {
         let ctx = SessionContext::new();
         let e = ctx.sql(sql).await.expect_err("planning should fail");
         to_status(&e)
+    }
+
+    #[tokio::test]
+    async fn a_second_view_of_one_name_already_exists() {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE VIEW v AS SELECT 1").await.unwrap();
+        let e = ctx.sql("CREATE VIEW v AS SELECT 2").await.unwrap_err();
+        assert_eq!(status_code(&e), Code::AlreadyExists, "{e}");
     }
 
     #[test]

@@ -149,6 +149,37 @@ def test_show_tables_and_information_schema(conn):
         assert cur.fetch_arrow_table().num_rows == 4
 
 
+def test_views_are_listed_with_their_definition(conn, oracle):
+    definition = "CREATE VIEW bi_views.asia AS SELECT n_name FROM nation WHERE n_regionkey = 2"
+    with conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA IF NOT EXISTS bi_views")
+        cur.execute(definition)
+        try:
+            cur.execute("SELECT n_name FROM bi_views.asia")
+            expected = oracle.sql("SELECT n_name FROM nation WHERE n_regionkey = 2")
+            assert_same(cur.fetch_arrow_table(), expected.to_arrow_table(), ordered=False)
+            objects = conn.adbc_get_objects(
+                depth="tables", db_schema_filter="bi_views", table_types_filter=["VIEW"]
+            ).read_all().to_pylist()
+            listed = [
+                (schema["db_schema_name"], table["table_name"], table["table_type"])
+                for catalog in objects
+                for schema in catalog["catalog_db_schemas"] or []
+                for table in schema["db_schema_tables"] or []
+            ]
+            assert listed == [("bi_views", "asia", "VIEW")]
+            cur.execute(
+                "SELECT definition FROM information_schema.views "
+                "WHERE table_schema = 'bi_views' AND table_name = 'asia'"
+            )
+            assert cur.fetchall() == [(definition,)]
+            # A second view of the name is refused as such, not as a failure.
+            with pytest.raises(flightsql.DatabaseError, match="ALREADY_EXISTS"):
+                cur.execute(definition)
+        finally:
+            cur.execute("DROP VIEW bi_views.asia")
+
+
 def _command(name, payload=b""):
     type_url = f"type.googleapis.com/arrow.flight.protocol.sql.{name}".encode()
     return b"\x0a" + bytes([len(type_url)]) + type_url + b"\x12" + _varint(len(payload)) + payload
