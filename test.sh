@@ -53,6 +53,8 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r integration/requirements.txt
+# The SQLAlchemy dialect, from the checkout (its dependencies are pinned above).
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps ./integration/sqlalchemy
 # Azurite (Azure Blob Storage emulator) for the object store tests, from npm.
 if [ ! -x integration/azurite/node_modules/.bin/azurite-blob ]; then
     npm ci --prefix integration/azurite --no-audit --no-fund --silent
