@@ -3,6 +3,7 @@ prepared statements with bound parameters, catalog queries. Answers are
 checked against single-node DataFusion over the same files (`oracle`)."""
 
 import datetime
+import decimal
 
 import adbc_driver_flightsql.dbapi as flightsql
 import pyarrow as pa
@@ -101,6 +102,50 @@ def test_timestamp_parameters_keep_microseconds_and_result_columns_are_described
     assert price[b"ARROW:FLIGHT:SQL:TABLE_NAME"] == b"lineitem"
     assert b"ARROW:FLIGHT:SQL:TABLE_NAME" not in twice
     assert twice[b"ARROW:FLIGHT:SQL:SCALE"] == b"2"
+
+
+# A parameter of each Arrow type ADBC binds from Python, and a literal of
+# the same value: the statement compares them, and returns the value.
+PARAMETER_CASES = [
+    (pa.array([7], pa.int8()), "CAST(7 AS TINYINT)"),
+    (pa.array([7], pa.int16()), "CAST(7 AS SMALLINT)"),
+    (pa.array([7], pa.int32()), "CAST(7 AS INT)"),
+    (pa.array([-(2**63)], pa.int64()), "CAST(-9223372036854775808 AS BIGINT)"),
+    (pa.array([7], pa.uint32()), "arrow_cast(7, 'UInt32')"),
+    (pa.array([1.5], pa.float32()), "CAST(1.5 AS REAL)"),
+    (pa.array([2.25], pa.float64()), "CAST(2.25 AS DOUBLE)"),
+    (pa.array([decimal.Decimal("123.45")], pa.decimal128(15, 2)), "CAST(123.45 AS DECIMAL(15,2))"),
+    (pa.array(["naïve ☃"], pa.string()), "'naïve ☃'"),
+    (pa.array(["x"], pa.large_string()), "'x'"),
+    (pa.array([b"\x00\xff"], pa.binary()), "X'00FF'"),
+    (pa.array([True], pa.bool_()), "true"),
+    (pa.array([datetime.date(1995, 3, 15)], pa.date32()), "DATE '1995-03-15'"),
+    (
+        pa.array([datetime.datetime(2024, 5, 1, 12, 0, 0, 123456)], pa.timestamp("us")),
+        "TIMESTAMP '2024-05-01 12:00:00.123456'",
+    ),
+    (
+        pa.array(
+            [datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.timezone.utc)],
+            pa.timestamp("us", "UTC"),
+        ),
+        "TIMESTAMP '2024-05-01 12:00:00Z'",
+    ),
+    (pa.array([datetime.time(12, 34, 56, 789000)], pa.time64("us")), "TIME '12:34:56.789'"),
+]
+
+
+@pytest.mark.parametrize("value,literal", PARAMETER_CASES, ids=lambda c: str(getattr(c, "type", "")))
+def test_parameters_of_every_type_match_their_literal(conn, value, literal):
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT $1 = {literal} AS same, $1 AS v",
+            parameters=pa.record_batch([value], names=["$1"]),
+        )
+        got = cur.fetch_arrow_table()
+    assert got.column("same").to_pylist() == [True]
+    # In the type the statement gives the parameter (the literal's).
+    assert got.column("v").to_pylist() == value.cast(got.column("v").type).to_pylist()
 
 
 def test_every_bound_row_runs_once(conn, oracle):

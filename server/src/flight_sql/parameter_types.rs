@@ -2,9 +2,10 @@
 //! drivers build their parameter vectors from, apart from the type the plan
 //! wants (bound values are cast to that one).
 //!
-//! - A placeholder DataFusion cannot type on its own but that stands in a
-//!   `CAST(? AS T)` or `TRY_CAST` takes `T`: declared as Null, the JDBC
-//!   driver cannot bind it at all ("Can't set non-null value on NullVector").
+//! - A placeholder DataFusion leaves untyped takes the type of another of
+//!   its uses, or of a `CAST(? AS T)` or `TRY_CAST` around it: declared as
+//!   Null, the JDBC driver cannot bind it at all ("Can't set non-null value
+//!   on NullVector").
 //! - Timestamps and times are declared in milliseconds: the JDBC driver
 //!   (18.3) writes `setTimestamp`'s and `setTime`'s milliseconds into the
 //!   declared vector unscaled, so a nanosecond declaration bound 1970
@@ -16,31 +17,41 @@ use std::collections::HashMap;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Result;
+use datafusion::logical_expr::expr::Placeholder;
 use datafusion::logical_expr::{Cast, Expr, LogicalPlan, TryCast};
 
-/// The types CAST and TRY_CAST give to placeholders they convert
-/// directly, by placeholder id (`$1`); the first cast met wins.
-pub fn cast_placeholder_types(plan: &LogicalPlan) -> Result<HashMap<String, DataType>> {
-    let mut types = HashMap::new();
+/// Types for placeholders DataFusion leaves untyped, by id (`$1`): the
+/// type one of its other uses has (DataFusion types none of a
+/// placeholder's uses when one of them is untyped, as in `SELECT $1 = TIME
+/// '12:00', $1`), else the type of a CAST or TRY_CAST directly around it.
+pub fn inferred_placeholder_types(plan: &LogicalPlan) -> Result<HashMap<String, DataType>> {
+    let (mut typed, mut cast) = (HashMap::new(), HashMap::new());
     plan.apply_with_subqueries(|node| {
         node.apply_expressions(|expr| {
             expr.apply(|e| {
-                let cast = match e {
-                    Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => {
-                        Some((expr.as_ref(), field.data_type()))
+                match e {
+                    Expr::Placeholder(Placeholder {
+                        id,
+                        field: Some(field),
+                    }) => {
+                        typed
+                            .entry(id.clone())
+                            .or_insert_with(|| field.data_type().clone());
                     }
-                    _ => None,
-                };
-                if let Some((Expr::Placeholder(placeholder), data_type)) = cast {
-                    types
-                        .entry(placeholder.id.clone())
-                        .or_insert_with(|| data_type.clone());
+                    Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => {
+                        if let Expr::Placeholder(placeholder) = expr.as_ref() {
+                            cast.entry(placeholder.id.clone())
+                                .or_insert_with(|| field.data_type().clone());
+                        }
+                    }
+                    _ => {}
                 }
                 Ok(TreeNodeRecursion::Continue)
             })
         })
     })?;
-    Ok(types)
+    cast.extend(typed);
+    Ok(cast)
 }
 
 /// The type to declare for a placeholder the plan types as `wanted`.
@@ -58,7 +69,7 @@ mod tests {
     use datafusion::prelude::SessionContext;
 
     #[tokio::test]
-    async fn casts_type_the_placeholders_they_convert() {
+    async fn casts_type_the_placeholders_they_convert_and_typed_uses_come_first() {
         let ctx = SessionContext::new();
         let plan = ctx
             .state()
@@ -68,16 +79,31 @@ mod tests {
             )
             .await
             .unwrap();
-        let types = cast_placeholder_types(&plan).unwrap();
+        let types = inferred_placeholder_types(&plan).unwrap();
         assert_eq!(types.get("$1"), Some(&DataType::Int32));
         // VARCHAR, as the session maps it (a view type by default).
         assert!(matches!(
             types.get("$2"),
             Some(DataType::Utf8 | DataType::Utf8View)
         ));
-        // Only a placeholder cast directly: `$3 + 1` has a type of its own.
-        assert_eq!(types.get("$3"), None);
+        // A typed use (`$3 + 1`) comes before the CAST around it.
+        assert_eq!(types.get("$3"), Some(&DataType::Int64));
         assert_eq!(types.get("$4"), Some(&DataType::Date32));
+    }
+
+    #[tokio::test]
+    async fn a_placeholder_used_twice_takes_the_type_of_its_typed_use() {
+        let ctx = SessionContext::new();
+        let plan = ctx
+            .state()
+            .create_logical_plan("SELECT $1 = TIME '12:34:56', $1")
+            .await
+            .unwrap();
+        let types = inferred_placeholder_types(&plan).unwrap();
+        assert_eq!(
+            types.get("$1"),
+            Some(&DataType::Time64(TimeUnit::Nanosecond))
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tonic::Status;
 
 use super::column_metadata::described;
 use super::handles::HandleMap;
-use super::parameter_types::{cast_placeholder_types, declared_type};
+use super::parameter_types::{declared_type, inferred_placeholder_types};
 use squadron_coordinator::statements::parameter_names;
 use squadron_planner::client_types::{client_schema, client_type};
 use squadron_planner::column_origins::ColumnOrigin;
@@ -55,21 +55,23 @@ pub struct Prepared {
 impl Prepared {
     pub fn new(plan: LogicalPlan) -> Result<Self, Status> {
         let types = plan.get_parameter_types().map_err(|e| to_status(&e))?;
-        let casts = cast_placeholder_types(&plan).map_err(|e| to_status(&e))?;
+        let inferred = inferred_placeholder_types(&plan).map_err(|e| to_status(&e))?;
         let mut wanted = vec![];
         let fields: Vec<Field> = parameter_names(&plan)?
             .into_iter()
             .map(|name| {
-                let plan_type = types.get(&name).cloned().flatten();
-                // A placeholder whose type the statement does not fix
-                // takes the type of the CAST around it, or else whatever
-                // the client binds (`SELECT $1`).
-                let declared = match &plan_type {
-                    Some(t) => declared_type(&client_type(t)),
-                    None => casts
-                        .get(&name)
-                        .map_or(DataType::Null, |t| declared_type(&client_type(t))),
-                };
+                // A placeholder DataFusion leaves untyped takes the type of
+                // another of its uses or of the CAST around it; a bound value
+                // is cast to that. Else it takes whatever the client binds
+                // (`SELECT $1`).
+                let plan_type = types
+                    .get(&name)
+                    .cloned()
+                    .flatten()
+                    .or_else(|| inferred.get(&name).cloned());
+                let declared = plan_type
+                    .as_ref()
+                    .map_or(DataType::Null, |t| declared_type(&client_type(t)));
                 wanted.push(plan_type.unwrap_or(DataType::Null));
                 Field::new(name, declared, true)
             })
