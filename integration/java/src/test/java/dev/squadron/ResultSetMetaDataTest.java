@@ -97,6 +97,26 @@ class ResultSetMetaDataTest {
         }
     }
 
+    /**
+     * An empty result, through a PreparedStatement: its columns once, typed.
+     * (Through a plain Statement the 18.3 driver reports them twice: its
+     * ArrowFlightStatement adds the prepared columns to a signature that
+     * holds them already, and only a stream with rows replaces them.)
+     */
+    @Test
+    void anEmptyResultIsDescribedThroughAPreparedStatement() throws SQLException {
+        for (String sql : new String[] {
+            "SELECT * FROM nation LIMIT 0", "SELECT * FROM nation WHERE n_nationkey < 0"
+        }) {
+            try (PreparedStatement stmt = conn.prepareStatement(sql);
+                    ResultSet rs = stmt.executeQuery()) {
+                assertFalse(rs.next(), sql);
+                assertDescribed(rs.getMetaData(), "nation");
+                assertEquals(4, rs.getMetaData().getColumnCount(), sql);
+            }
+        }
+    }
+
     @Test
     void computedColumnsHaveTheirTypeAndNoTable() throws SQLException {
         try (Statement stmt = conn.createStatement();
