@@ -245,3 +245,21 @@ def test_adbc_cancel_stops_a_long_query(cluster):
     with connect(cluster) as conn, conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM region")
         assert cur.fetchall() == [(5,)]
+
+
+def test_view_types_never_reach_clients_whatever_the_session_plans(cluster):
+    # Clients built on Arrow before string views (and the JDBC driver) read
+    # Utf8 and Binary: a session that plans strings as views still gets them.
+    sql = (
+        "SELECT CAST(n_name AS VARCHAR) AS name, arrow_cast(n_name, 'Utf8View') AS viewed, "
+        "arrow_cast(arrow_cast(n_name, 'Binary'), 'BinaryView') AS bytes "
+        "FROM nation WHERE n_nationkey = 7"
+    )
+    with connect(cluster) as conn, conn.cursor() as cur:
+        cur.execute("SET datafusion.sql_parser.map_string_types_to_utf8view = true")
+        cur.execute(sql)
+        table = cur.fetch_arrow_table()
+        cur.execute("SELECT arrow_typeof(arrow_cast(n_name, 'Utf8View')) FROM nation LIMIT 1")
+        assert cur.fetchall() == [("Utf8View",)]
+    assert [str(t) for t in table.schema.types] == ["string", "string", "binary"]
+    assert table.to_pylist() == [{"name": "GERMANY", "viewed": "GERMANY", "bytes": b"GERMANY"}]
