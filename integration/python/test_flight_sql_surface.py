@@ -148,6 +148,12 @@ def test_parameters_of_every_type_match_their_literal(conn, value, literal):
     assert got.column("v").to_pylist() == value.cast(got.column("v").type).to_pylist()
 
 
+def test_current_user_without_authentication_is_anonymous(conn):
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_user, session_user")
+        assert cur.fetchall() == [("anonymous", "anonymous")]
+
+
 def test_every_bound_row_runs_once(conn, oracle):
     params = pa.record_batch([pa.array([1, 2, 24], pa.int64())], names=["$1"])
     with conn.cursor() as cur:

@@ -225,6 +225,22 @@ def test_another_users_ticket_is_not_found(secure):
     assert alice.do_get(ticket, as_alice).read_all().column("s").to_pylist() == ["secret"]
 
 
+def test_current_user_answers_each_caller(secure):
+    # Both users share the server's session (neither changed a setting), and
+    # the same text twice would re-use a kept plan: each still sees itself.
+    sql = "SELECT current_user AS me, count(*) AS n FROM nation WHERE n_name <> current_user"
+    for user, password in [("alice", PASSWORD), ("bob", OTHER_PASSWORD), ("alice", PASSWORD)]:
+        with adbc(secure, username=user, password=password) as conn, conn.cursor() as cur:
+            for _ in range(2):
+                cur.execute(sql)
+                assert cur.fetchall() == [(user, 25)]
+            cur.execute("SELECT session_user")
+            assert cur.fetchall() == [(user,)]
+            # A prepared statement (bound parameters) answers its preparer.
+            cur.execute("SELECT current_user, n_name FROM nation WHERE n_nationkey = ?", parameters=(7,))
+            assert cur.fetchall() == [(user, "GERMANY")]
+
+
 def test_no_secret_reaches_the_log(secure):
     assert_healthy(secure)
     token = external_token("carol")

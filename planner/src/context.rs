@@ -10,6 +10,8 @@ use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use squadron_exec::session_names::session_name_functions;
+
+use crate::current_user::current_user_functions;
 use squadron_exec::single_row::scalar_subquery_value;
 
 use crate::file_group_partitions::PairedInputsHashRouted;
@@ -78,7 +80,10 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_udf(scalar_subquery_value().as_ref().clone());
-    for udf in session_name_functions() {
+    for udf in session_name_functions()
+        .into_iter()
+        .chain(current_user_functions())
+    {
         ctx.register_udf(udf.as_ref().clone());
     }
     ctx

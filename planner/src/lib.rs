@@ -8,6 +8,7 @@ pub mod children;
 pub mod client_types;
 pub mod column_origins;
 pub mod context;
+pub mod current_user;
 pub mod cut;
 pub mod encode;
 pub mod fence;

@@ -3,6 +3,8 @@
 //! `statement_runs`, `update_runs`, `metadata`, `session_options`,
 //! `prepared`; `wire` has the shapes the answers share.
 
+use super::session_planning::of_caller;
+use squadron_planner::current_user::mentions_current_user;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -141,7 +143,12 @@ impl FlightSqlService for SquadronFlightSql {
         let session = self.state.sessions.current(&caller);
         let plan = self.coordinator.logical_plan(&session, &query.query).await;
         let plan = self.counted(&caller, Some(&query.query), plan.map_err(Status::from))?;
-        let key = self.coordinator.statement_key(&session, &query.query);
+        // A plan that answers its user's name is not kept for other users.
+        let key = self
+            .coordinator
+            .statement_key(&session, &query.query)
+            .filter(|_| !mentions_current_user(&plan));
+        let plan = of_caller(&caller, plan)?;
         let origins = squadron_coordinator::statements::origins_in(&session, &plan);
         let prepared = self.counted(&caller, Some(&query.query), Prepared::new(plan))?;
         let prepared = prepared
@@ -219,6 +226,7 @@ impl FlightSqlService for SquadronFlightSql {
             .logical_plan(&session, &command.query)
             .await;
         let plan = self.counted(&caller, Some(&command.query), plan.map_err(Status::from))?;
+        let plan = of_caller(&caller, plan)?;
         self.run_updates(&caller, vec![plan], Some(&command.query))
             .await
     }
