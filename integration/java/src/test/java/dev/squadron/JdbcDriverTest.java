@@ -172,6 +172,27 @@ class JdbcDriverTest {
     }
 
     @Test
+    void preparedStatementsBindEverySetter() throws SQLException {
+        assertEquals("true", boundValue("SELECT ? = CAST(9000000000 AS BIGINT)",
+                ps -> ps.setLong(1, 9_000_000_000L)));
+        assertEquals("true", boundValue("SELECT ? = CAST(7 AS SMALLINT)",
+                ps -> ps.setShort(1, (short) 7)));
+        assertEquals("true", boundValue("SELECT ? = CAST(7 AS TINYINT)",
+                ps -> ps.setByte(1, (byte) 7)));
+        assertEquals("true", boundValue("SELECT ? = CAST(2.25 AS DOUBLE)",
+                ps -> ps.setDouble(1, 2.25)));
+        assertEquals("true", boundValue("SELECT ? = CAST(1.5 AS REAL)",
+                ps -> ps.setFloat(1, 1.5f)));
+        assertEquals("true", boundValue("SELECT ? = true", ps -> ps.setBoolean(1, true)));
+        assertEquals("true", boundValue("SELECT ? = X'00FF'",
+                ps -> ps.setBytes(1, new byte[] {0, (byte) 0xff})));
+        assertEquals("true", boundValue("SELECT CAST(? AS INT) IS NULL",
+                ps -> ps.setNull(1, java.sql.Types.INTEGER)));
+        assertEquals("true", boundValue("SELECT ? = CAST(7 AS INT)", ps -> ps.setObject(1, 7)));
+        assertEquals("true", boundValue("SELECT ? = 'naïve ☃'", ps -> ps.setString(1, "naïve ☃")));
+    }
+
+    @Test
     void updatesReportTheRowsTheyWrite() throws SQLException {
         String table = "jdbc_asia_" + System.nanoTime();
         try (Statement st = conn.createStatement()) {
