@@ -3,6 +3,8 @@
 keys, bound parameters, and pandas' read_sql, with answers checked against
 single-node DataFusion over the same files (`oracle`)."""
 
+import datetime
+
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -101,3 +103,46 @@ def test_pandas_read_sql_with_params_matches_the_oracle(engine, oracle):
         "WHERE o_totalprice > 100000.0 GROUP BY o_orderpriority"
     ).to_arrow_table()
     assert_same(pa.Table.from_pandas(frame, preserve_index=False), expected, ordered=False)
+
+
+def _truncated(value, grain):
+    """`value` truncated to Superset's `grain`, computed here."""
+    if grain is None:
+        return value
+    if grain == "PT1S":
+        return value.replace(microsecond=0)
+    if grain == "PT1M":
+        return value.replace(second=0, microsecond=0)
+    if grain == "PT1H":
+        return value.replace(minute=0, second=0, microsecond=0)
+    day = value.replace(hour=0, minute=0, second=0, microsecond=0)
+    if grain == "P1D":
+        return day
+    if grain == "P1W":
+        return day - datetime.timedelta(days=day.weekday())
+    if grain == "P1M":
+        return day.replace(day=1)
+    if grain == "P3M":
+        return day.replace(month=(day.month - 1) // 3 * 3 + 1, day=1)
+    assert grain == "P1Y", grain
+    return day.replace(month=1, day=1)
+
+
+def test_superset_time_grains_truncate_as_their_names_say(engine):
+    # The engine spec's expressions (Superset itself is not installed here).
+    from squadron_sqlalchemy.time_grains import TIME_GRAIN_EXPRESSIONS
+
+    column = (
+        "CAST(o_orderdate AS TIMESTAMP) + INTERVAL '13 hours 7 minutes 5.25 seconds'"
+    )
+    with engine.connect() as conn:
+        values = [
+            row[0]
+            for row in conn.exec_driver_sql(
+                f"SELECT {column} FROM orders ORDER BY o_orderkey LIMIT 50"
+            )
+        ]
+        for grain, expression in TIME_GRAIN_EXPRESSIONS.items():
+            sql = f"SELECT {expression.format(col=column)} FROM orders ORDER BY o_orderkey LIMIT 50"
+            got = [row[0] for row in conn.exec_driver_sql(sql)]
+            assert got == [_truncated(v, grain) for v in values], grain
