@@ -19,6 +19,9 @@ use crate::volatile::{self, Expect};
 /// Most statements one reduction runs.
 const REDUCTION_BUDGET: usize = 400;
 
+/// Statements of one template shape a template check runs.
+const TEMPLATE_STATEMENTS: usize = 3;
+
 /// A failure, reduced.
 #[derive(Debug, Clone)]
 pub struct Finding {
@@ -41,6 +44,8 @@ pub struct Stats {
     pub empty: usize,
     pub metamorphic: usize,
     pub volatile: usize,
+    /// Statements run to re-use plan templates (`templates.rs`).
+    pub templated: usize,
     pub tolerated: Vec<String>,
 }
 
@@ -210,6 +215,45 @@ impl Fuzzer {
                     sql: check.sql.clone(),
                     tables: self.tables.clone(),
                 });
+            }
+        }
+        Ok(())
+    }
+
+    /// Statements of one template shape with other constants, in turn, in
+    /// every mode (each mode's session keeps the first one's plan and runs
+    /// the others with it), each against DataFusion.
+    pub async fn templates(&mut self, rng: &mut Rng, origin: &str) -> anyhow::Result<()> {
+        let Some(table) = self
+            .tables
+            .get(rng.below(self.tables.len().max(1)))
+            .cloned()
+        else {
+            return Ok(());
+        };
+        for sql in crate::templates::statements(rng, &table, TEMPLATE_STATEMENTS) {
+            let expected = self.engines.oracle(&sql).await;
+            if matches!(expected, Outcome::Error(_)) {
+                continue;
+            }
+            for (index, mode) in self.modes.clone().into_iter().enumerate() {
+                self.stats.templated += 1;
+                self.stats.statements += 1;
+                let got = self.engines.squadron(index, &sql).await;
+                if let Verdict::Differs(why) = compare(&expected, &got, false) {
+                    eprintln!(
+                        "difference (template, {}) at {origin}: {why}\n  {sql}",
+                        mode.name()
+                    );
+                    self.findings.push(Finding {
+                        origin: origin.to_string(),
+                        check: "template".into(),
+                        mode,
+                        why,
+                        sql: sql.clone(),
+                        tables: self.tables.clone(),
+                    });
+                }
             }
         }
         Ok(())

@@ -22,6 +22,7 @@ mod oracles;
 mod query;
 mod reduce;
 mod rng;
+mod templates;
 mod volatile;
 
 use std::path::PathBuf;
@@ -63,6 +64,10 @@ struct Args {
     /// One query in this many is a volatile one, checked by invariants.
     #[arg(long, default_value_t = 6)]
     volatile_every: usize,
+    /// After one query in this many, a template check: statements of one
+    /// plan template's shape with other constants (0: none).
+    #[arg(long, default_value_t = 10)]
+    template_every: usize,
     /// Modes each query runs in (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["default", "workers", "partitioned", "bloom", "task-retry", "rewrites-off"])]
     modes: Vec<Mode>,
@@ -159,6 +164,11 @@ async fn main() -> anyhow::Result<()> {
         } else {
             fuzzer.query(&mut query_rng, &origin).await?;
         }
+        // From the query's own generator: the seed's datasets and queries
+        // stay what they were without template checks.
+        if args.template_every > 0 && i % args.template_every == args.template_every - 1 {
+            fuzzer.templates(&mut query_rng.fork(), &origin).await?;
+        }
         // Kept as found, so a run stopped early loses no case.
         if let Some(root) = &args.save_cases {
             while saved < fuzzer.findings.len() {
@@ -204,7 +214,8 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "fuzz: {} queries ({} volatile) in {} modes ({}), {} statements in {:.1} s ({:.1} queries/s, \
          {:.1} statements/s); {} invalid (DataFusion refused), {} too large to compare, {} answered \
-         no row, {} metamorphic checks, {} tolerated errors; {} cases replayed in {:.1} s",
+         no row, {} metamorphic checks, {} template statements, {} tolerated errors; {} cases \
+         replayed in {:.1} s",
         stats.queries + stats.volatile,
         stats.volatile,
         args.modes.len(),
@@ -221,6 +232,7 @@ async fn main() -> anyhow::Result<()> {
         stats.too_large,
         stats.empty,
         stats.metamorphic,
+        stats.templated,
         stats.tolerated.len(),
         replayed,
         replayed_in.as_secs_f64(),
