@@ -238,6 +238,16 @@ pub const REWRITES: &[Rewrite] = &[
                   it must be shuffled by that hash too",
     },
     Rewrite {
+        name: "NanSafePruning",
+        phase: Phase::PhysicalRule,
+        path: "planner/src/nan_safe_pruning.rs",
+        switch: Switch::Always,
+        part_of: None,
+        assumes: "Parquet statistics leave NaN out of a float column's min and max, which \
+                  DataFusion 55 prunes by although NaN satisfies every comparison but `=` \
+                  in its total order: such comparisons are hidden from pruning",
+    },
+    Rewrite {
         name: "pruned_scan_ranges",
         phase: Phase::PhysicalRule,
         path: "planner/src/pruned_scan_ranges.rs",

@@ -18,6 +18,7 @@ use crate::file_group_partitions::PairedInputsHashRouted;
 use crate::filter_pushdown_fence::with_fenced_filter_pushdown;
 use crate::float_top_k::NoTopKAggregationOverFloats;
 use crate::key_range_splits::KeyRangeSplitPlanner;
+use crate::nan_safe_pruning::NanSafePruning;
 use crate::nulled_constants::NulledConstantsUnordered;
 use crate::one_partition::NoShuffleAfterOnePartition;
 use crate::projection_pushdown_fence::with_fenced_projection_pushdown;
@@ -67,9 +68,11 @@ pub fn planning_context(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> Sess
         .unwrap_or(physical_rules.len());
     physical_rules.insert(sanity_check, Arc::new(PairedInputsHashRouted));
     physical_rules.insert(sanity_check, Arc::new(NoShuffleAfterOnePartition));
+    // Before anything prunes by a scan's predicate: NaN hidden from it.
+    physical_rules.insert(sanity_check + 2, Arc::new(NanSafePruning));
     // Last: it sees the partitioning the rules above settled on.
     let footers = runtime.cache_manager.get_file_metadata_cache();
-    physical_rules.insert(sanity_check + 2, Arc::new(PrunedScanRanges::new(footers)));
+    physical_rules.insert(sanity_check + 3, Arc::new(PrunedScanRanges::new(footers)));
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)

@@ -19,6 +19,7 @@ pub mod job_graph;
 pub mod join_order;
 pub mod key_range_splits;
 pub mod local;
+pub mod nan_safe_pruning;
 pub mod nulled_constants;
 pub mod one_partition;
 pub mod passed_columns;

@@ -9,6 +9,7 @@ use squadron_sqllogictest::format::output;
 
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use squadron_planner::filter_pushdown_fence::with_fenced_filter_pushdown;
+use squadron_planner::nan_safe_pruning::NanSafePruning;
 use squadron_planner::projection_pushdown_fence::with_fenced_projection_pushdown;
 
 use crate::modes::Mode;
@@ -90,11 +91,13 @@ impl Engines {
         // DataFusion 55's filter pushdown moves a filter onto another
         // column of the same name, and its projection pushdown reads a
         // projecting filter's columns wrong (docs/correctness.md, findings
-        // 10 and 21): the oracle plans with Squadron's fences, or it
-        // answers wrong where Squadron answers right.
-        let rules = with_fenced_projection_pushdown(with_fenced_filter_pushdown(
+        // 10 and 21), and its Parquet pruning skips NaN a comparison keeps
+        // (finding 22): the oracle plans with Squadron's fences and guard,
+        // or it answers wrong where Squadron answers right.
+        let mut rules = with_fenced_projection_pushdown(with_fenced_filter_pushdown(
             PhysicalOptimizer::new().rules,
         ));
+        rules.push(std::sync::Arc::new(NanSafePruning));
         let oracle = Baseline::with_physical_rules(ORACLE_DEADLINE, rules);
         // DataFusion 55's dynamic filters can land on the wrong one of two
         // columns of one name (apache/datafusion#25244, #25296), and its
