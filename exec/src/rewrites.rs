@@ -241,7 +241,7 @@ pub const REWRITES: &[Rewrite] = &[
         name: "NanSafePruning",
         phase: Phase::PhysicalRule,
         path: "planner/src/nan_safe_pruning.rs",
-        switch: Switch::Always,
+        switch: Switch::Flag("nan_safe_pruning"),
         part_of: None,
         assumes: "Parquet statistics leave NaN out of a float column's min and max, which \
                   DataFusion 55 prunes by although NaN satisfies every comparison but `=` \

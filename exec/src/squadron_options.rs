@@ -55,6 +55,8 @@ pub struct SquadronOptions {
     pub scan_range_pruning: bool,
     /// See `ONE_PARTITION_TAILS`.
     pub one_partition_tails: bool,
+    /// See `NAN_SAFE_PRUNING`.
+    pub nan_safe_pruning: bool,
 }
 
 /// What survives a lost worker (`squadron.retry_policy`).
@@ -202,6 +204,14 @@ const SCAN_RANGE_PRUNING: (&str, &str) = (
      not sent ranges that hold no row",
 );
 
+const NAN_SAFE_PRUNING: (&str, &str) = (
+    "nan_safe_pruning",
+    "Whether a comparison of a float column with a constant that NaN satisfies (all but =) \
+     is kept from pruning Parquet files, row groups and pages: their statistics leave NaN \
+     out, so pruning by them skips NaN rows the comparison keeps. Off only for data known \
+     to hold no NaN",
+);
+
 const ONE_PARTITION_TAILS: (&str, &str) = (
     "one_partition_tails",
     "Whether the operators above a one-partition input (a join with a scalar subquery, a \
@@ -227,6 +237,7 @@ impl Default for SquadronOptions {
             shared_shuffles: true,
             reduced_shuffles: true,
             scan_range_pruning: true,
+            nan_safe_pruning: true,
             one_partition_tails: true,
         }
     }
@@ -262,6 +273,7 @@ impl ExtensionOptions for SquadronOptions {
             k if k == REDUCED_SHUFFLES.0 => self.reduced_shuffles.set(k, value),
             k if k == SCAN_RANGE_PRUNING.0 => self.scan_range_pruning.set(k, value),
             k if k == ONE_PARTITION_TAILS.0 => self.one_partition_tails.set(k, value),
+            k if k == NAN_SAFE_PRUNING.0 => self.nan_safe_pruning.set(k, value),
             k if k == RETRY_POLICY.0 => {
                 self.retry_policy = value.parse()?;
                 Ok(())
@@ -304,6 +316,7 @@ impl ExtensionOptions for SquadronOptions {
             entry(REDUCED_SHUFFLES, self.reduced_shuffles.to_string()),
             entry(SCAN_RANGE_PRUNING, self.scan_range_pruning.to_string()),
             entry(ONE_PARTITION_TAILS, self.one_partition_tails.to_string()),
+            entry(NAN_SAFE_PRUNING, self.nan_safe_pruning.to_string()),
         ]
     }
 }

@@ -15,7 +15,8 @@
 //! END`, which evaluates to the same value on every row (so a scan that
 //! filters rows itself keeps the same ones) and which statistics cannot
 //! bound (so no range of the file is skipped by it). Equalities, and every
-//! comparison of other types, prune as before.
+//! comparison of other types, prune as before. `squadron.nan_safe_pruning
+//! = false` lets them prune again, for data known to hold no NaN.
 
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ use datafusion::physical_expr::expressions::{
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
+use squadron_exec::squadron_options::SquadronOptions;
 
 /// The rule, for the coordinator's planning and the fuzzer's oracle.
 #[derive(Debug, Default)]
@@ -43,6 +45,9 @@ impl PhysicalOptimizerRule for NanSafePruning {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !SquadronOptions::of(config).nan_safe_pruning {
+            return Ok(plan);
+        }
         let config = Arc::new(config.clone());
         plan.transform_up(|node| {
             let Some(scan) = node.downcast_ref::<DataSourceExec>() else {
@@ -176,8 +181,20 @@ mod tests {
     }
 
     async fn count(guard: bool, path: &std::path::Path, sql: &str) -> i64 {
+        count_with(guard, SquadronOptions::default(), path, sql).await
+    }
+
+    async fn count_with(
+        guard: bool,
+        options: SquadronOptions,
+        path: &std::path::Path,
+        sql: &str,
+    ) -> i64 {
+        let config = SessionConfig::new()
+            .with_target_partitions(1)
+            .with_option_extension(options);
         let mut builder = SessionStateBuilder::new()
-            .with_config(SessionConfig::new().with_target_partitions(1))
+            .with_config(config)
             .with_default_features();
         if guard {
             let mut rules =
@@ -215,5 +232,11 @@ mod tests {
             count(true, &path, "SELECT count(*) FROM t WHERE f = 3.0").await,
             1
         );
+        // The setting turns the guard off: DataFusion's pruning again.
+        let off = SquadronOptions {
+            nan_safe_pruning: false,
+            ..SquadronOptions::default()
+        };
+        assert_eq!(count_with(true, off, &path, filtered).await, 3);
     }
 }

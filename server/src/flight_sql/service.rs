@@ -3,7 +3,6 @@
 //! `statement_runs`, `update_runs`, `metadata`, `session_options`,
 //! `prepared`; `wire` has the shapes the answers share.
 
-use super::session_planning::of_caller;
 use squadron_planner::current_user::mentions_current_user;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -148,7 +147,7 @@ impl FlightSqlService for SquadronFlightSql {
             .coordinator
             .statement_key(&session, &query.query)
             .filter(|_| !mentions_current_user(&plan));
-        let plan = of_caller(&caller, plan)?;
+        let plan = caller.bound(plan)?;
         let origins = squadron_coordinator::statements::origins_in(&session, &plan);
         let prepared = self.counted(&caller, Some(&query.query), Prepared::new(plan))?;
         let prepared = prepared
@@ -226,7 +225,7 @@ impl FlightSqlService for SquadronFlightSql {
             .logical_plan(&session, &command.query)
             .await;
         let plan = self.counted(&caller, Some(&command.query), plan.map_err(Status::from))?;
-        let plan = of_caller(&caller, plan)?;
+        let plan = caller.bound(plan)?;
         self.run_updates(&caller, vec![plan], Some(&command.query))
             .await
     }

@@ -1,8 +1,7 @@
 //! Planning a client's statement in its session, re-using the plan of an
 //! earlier one of the same shape where it can.
 
-use squadron_common::error::to_status;
-use squadron_planner::current_user::{mentions_current_user, with_current_user};
+use squadron_planner::current_user::mentions_current_user;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::Schema;
@@ -77,7 +76,7 @@ impl SquadronFlightSql {
         let logical = self.coordinator.logical_plan(&session, sql).await?;
         // A plan that answers its user's name is not kept for other users.
         let keep = keep && !mentions_current_user(&logical);
-        let logical = of_caller(caller, logical)?;
+        let logical = caller.bound(logical)?;
         if let (true, Some(key)) = (keep, key) {
             self.coordinator
                 .keep_template(&session, key, &logical)
@@ -129,9 +128,4 @@ impl SquadronFlightSql {
             },
         )
     }
-}
-
-/// `logical` as `caller` runs it: its `current_user` answers the caller.
-pub(super) fn of_caller(caller: &Caller, logical: LogicalPlan) -> Result<LogicalPlan, Status> {
-    with_current_user(logical, caller.user()).map_err(|e| to_status(&e))
 }

@@ -14,6 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::logical_expr::LogicalPlan;
+use squadron_common::error::to_status;
+use squadron_planner::current_user::with_current_user;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
@@ -52,6 +55,12 @@ impl Caller {
 
     pub fn user(&self) -> &str {
         &self.user
+    }
+
+    /// `logical` as this caller runs it: its `current_user` answers the
+    /// caller (see `planner::current_user`).
+    pub fn bound(&self, logical: LogicalPlan) -> Result<LogicalPlan, Status> {
+        with_current_user(logical, &self.user).map_err(|e| to_status(&e))
     }
 
     /// Whom per-user limits count: the user, or without authentication
