@@ -8,7 +8,6 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.sql.Connection;
 import java.sql.DatabaseMetaData;
-import java.sql.DriverManager;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
@@ -30,9 +29,7 @@ class DatabaseMetaDataTest {
 
     @BeforeAll
     static void connect() throws SQLException {
-        conn = DriverManager.getConnection(
-                "jdbc:arrow-flight-sql://127.0.0.1:" + System.getProperty("squadron.port")
-                        + "/?useEncryption=false");
+        conn = Cluster.connect();
     }
 
     @AfterAll

@@ -9,7 +9,6 @@ import java.math.BigDecimal;
 import java.sql.Connection;
 import java.sql.DatabaseMetaData;
 import java.sql.Date;
-import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -33,12 +32,7 @@ class JdbcDriverTest {
 
     @BeforeAll
     static void connect() throws SQLException {
-        String port = System.getProperty("squadron.port");
-        if (port == null || port.isEmpty()) {
-            throw new IllegalStateException("run with -Dsquadron.port=PORT of a running server");
-        }
-        conn = DriverManager.getConnection(
-                "jdbc:arrow-flight-sql://127.0.0.1:" + port + "/?useEncryption=false");
+        conn = Cluster.connect();
     }
 
     @AfterAll
@@ -287,9 +281,7 @@ class JdbcDriverTest {
 
     @Test
     void setChangesOnlyThisConnectionsSession() throws SQLException {
-        String port = System.getProperty("squadron.port");
-        try (Connection other = DriverManager.getConnection(
-                "jdbc:arrow-flight-sql://127.0.0.1:" + port + "/?useEncryption=false")) {
+        try (Connection other = Cluster.connect()) {
             try (Statement st = other.createStatement()) {
                 st.execute("SET datafusion.execution.batch_size = 100");
             }

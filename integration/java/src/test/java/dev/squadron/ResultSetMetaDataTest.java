@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.sql.Connection;
-import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.ResultSetMetaData;
@@ -32,9 +31,7 @@ class ResultSetMetaDataTest {
 
     @BeforeAll
     static void connect() throws SQLException {
-        conn = DriverManager.getConnection(
-                "jdbc:arrow-flight-sql://127.0.0.1:" + System.getProperty("squadron.port")
-                        + "/?useEncryption=false");
+        conn = Cluster.connect();
     }
 
     @AfterAll
