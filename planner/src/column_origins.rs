@@ -40,6 +40,11 @@ fn origin(plan: &LogicalPlan, index: usize, catalog: &str, schema: &str) -> Opti
     let (mut plan, mut index) = (plan, index);
     for _ in 0..MOST_NODES {
         (plan, index) = match plan {
+            // An index past the scan's columns (a right mark join's mark,
+            // followed down as an index of its right input) has no table.
+            LogicalPlan::TableScan(scan) if index >= scan.projected_schema.fields().len() => {
+                return None;
+            }
             LogicalPlan::TableScan(scan) => {
                 let table = &scan.table_name;
                 return Some(ColumnOrigin {
