@@ -3,10 +3,15 @@ package dev.squadron;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
 
-/** The running Squadron server the tests connect to (`-Dsquadron.port`). */
-final class Cluster {
-    private Cluster() {}
+/**
+ * The running Squadron server the tests connect to (`-Dsquadron.port`): a
+ * test class extending it gets one connection, `conn`, for all its tests.
+ */
+abstract class Cluster {
+    protected static Connection conn;
 
     /** A new plaintext connection to the server. */
     static Connection connect() throws SQLException {
@@ -16,5 +21,18 @@ final class Cluster {
         }
         return DriverManager.getConnection(
                 "jdbc:arrow-flight-sql://127.0.0.1:" + port + "/?useEncryption=false");
+    }
+
+    @BeforeAll
+    static void open() throws SQLException {
+        conn = connect();
+    }
+
+    @AfterAll
+    static void close() throws SQLException {
+        if (conn != null) {
+            conn.close();
+            conn = null;
+        }
     }
 }

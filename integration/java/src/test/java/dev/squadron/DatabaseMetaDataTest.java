@@ -14,8 +14,6 @@ import java.sql.SQLFeatureNotSupportedException;
 import java.sql.Types;
 import java.util.ArrayList;
 import java.util.List;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -24,20 +22,7 @@ import org.junit.jupiter.api.Test;
  * driver: the driver reads most from the server's GetSqlInfo and throws
  * NullPointerException where an item is missing.
  */
-class DatabaseMetaDataTest {
-    private static Connection conn;
-
-    @BeforeAll
-    static void connect() throws SQLException {
-        conn = Cluster.connect();
-    }
-
-    @AfterAll
-    static void close() throws SQLException {
-        if (conn != null) {
-            conn.close();
-        }
-    }
+class DatabaseMetaDataTest extends Cluster {
 
     private static final int[] RESULT_SET_TYPES = {
         ResultSet.TYPE_FORWARD_ONLY, ResultSet.TYPE_SCROLL_INSENSITIVE, ResultSet.TYPE_SCROLL_SENSITIVE

@@ -17,8 +17,6 @@ import java.sql.Time;
 import java.sql.Timestamp;
 import java.util.ArrayList;
 import java.util.List;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -27,20 +25,7 @@ import org.junit.jupiter.api.Test;
  * nation names are part of the specification) or the same question asked
  * another way over the same connection (a bound parameter against a literal).
  */
-class JdbcDriverTest {
-    private static Connection conn;
-
-    @BeforeAll
-    static void connect() throws SQLException {
-        conn = Cluster.connect();
-    }
-
-    @AfterAll
-    static void close() throws SQLException {
-        if (conn != null) {
-            conn.close();
-        }
-    }
+class JdbcDriverTest extends Cluster {
 
     private static List<String> column(ResultSet rs, int index) throws SQLException {
         List<String> values = new ArrayList<>();
@@ -281,7 +266,7 @@ class JdbcDriverTest {
 
     @Test
     void setChangesOnlyThisConnectionsSession() throws SQLException {
-        try (Connection other = Cluster.connect()) {
+        try (Connection other = connect()) {
             try (Statement st = other.createStatement()) {
                 st.execute("SET datafusion.execution.batch_size = 100");
             }

@@ -4,15 +4,12 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.ResultSetMetaData;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.sql.Types;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -22,24 +19,11 @@ import org.junit.jupiter.api.Test;
  * from, case sensitivity. Without that metadata the driver reports a
  * DECIMAL(15,2) as precision 0, scale 0, and no table.
  */
-class ResultSetMetaDataTest {
+class ResultSetMetaDataTest extends Cluster {
     private static final String[] TABLES = {
         "lineitem", "orders", "customer", "part", "partsupp", "supplier", "nation", "region"
     };
 
-    private static Connection conn;
-
-    @BeforeAll
-    static void connect() throws SQLException {
-        conn = Cluster.connect();
-    }
-
-    @AfterAll
-    static void close() throws SQLException {
-        if (conn != null) {
-            conn.close();
-        }
-    }
 
     /** Each column of `table` as TPC-H declares it, read from `table`. */
     private static void assertDescribed(ResultSetMetaData meta, String table) throws SQLException {
